@@ -1,0 +1,560 @@
+//! The builder: Kafka settings, the library's own options, and their validation.
+
+use std::fmt;
+use std::time::Duration;
+
+use opentelemetry::metrics::Meter;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+
+use crate::error::ConfigError;
+
+/// Default for [`FreshConsumer::max_buffered_records`].
+pub const DEFAULT_MAX_BUFFERED_RECORDS: usize = 1_000;
+/// Default for [`FreshConsumer::commit_interval`].
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default for [`FreshConsumer::commit_batch_records`].
+pub const DEFAULT_COMMIT_BATCH_RECORDS: usize = 10_000;
+/// Default initial backoff of [`FreshConsumer::retry_backoff`].
+pub const DEFAULT_RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Default maximum backoff of [`FreshConsumer::retry_backoff`].
+pub const DEFAULT_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Default for [`FreshConsumer::revoke_timeout`].
+pub const DEFAULT_REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`FreshConsumer::shutdown_timeout`].
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default for [`FreshConsumer::poll_warning_ratio`].
+pub const DEFAULT_POLL_WARNING_RATIO: f64 = 0.8;
+/// librdkafka's default `max.poll.interval.ms`.
+const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_millis(300_000);
+
+/// A consumer under construction: Kafka settings, the handler, and the
+/// library's own options. Created by [`FreshConsumer::new`]; started by
+/// [`FreshConsumer::run_until`] or [`FreshConsumer::run`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fresh_consumer::{FreshConsumer, Record};
+///
+/// async fn handle(record: Record) -> Result<(), std::io::Error> {
+///     println!("{}:{}@{}", record.topic(), record.partition(), record.offset());
+///     Ok(())
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let summary = FreshConsumer::new(handle)
+///     .bootstrap_servers("localhost:9092")
+///     .group_id("orders-projector")
+///     .topics(["orders"])
+///     .set("session.timeout.ms", "10000")
+///     .commit_interval(Duration::from_millis(500))
+///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+///     .await?;
+/// println!("handled {} records", summary.records_succeeded);
+/// # Ok(()) }
+/// ```
+///
+/// The `Debug` output never shows the value of a secret property
+/// (`sasl.password`, `ssl.key.password`, `sasl.oauthbearer.client.secret`, ...).
+#[must_use = "a FreshConsumer does nothing until `run_until` or `run` is awaited"]
+pub struct FreshConsumer<H> {
+    pub(crate) handler: H,
+    pub(crate) settings: Settings,
+}
+
+/// Everything but the handler.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) bootstrap_servers: Option<String>,
+    pub(crate) group_id: Option<String>,
+    pub(crate) topics: Vec<String>,
+    pub(crate) properties: Vec<(String, String)>,
+    pub(crate) max_buffered_records: usize,
+    pub(crate) commit_interval: Duration,
+    pub(crate) commit_batch_records: usize,
+    pub(crate) retry_initial_backoff: Duration,
+    pub(crate) retry_max_backoff: Duration,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) poll_warning_ratio: f64,
+    pub(crate) meter: Option<Meter>,
+    pub(crate) meter_provider: Option<SdkMeterProvider>,
+    pub(crate) event_time_header: Option<String>,
+}
+
+/// Settings checked and turned into a librdkafka configuration.
+pub(crate) struct Validated {
+    pub(crate) client_config: ClientConfig,
+    pub(crate) group_id: String,
+    pub(crate) topics: Vec<String>,
+    pub(crate) max_poll_interval: Duration,
+}
+
+impl<H> FreshConsumer<H> {
+    /// Starts building a consumer that runs `handler` for each record.
+    ///
+    /// `handler` is an async function or closure taking a [`Record`](crate::Record)
+    /// and returning `Result<(), E>`, or any type implementing
+    /// [`Handler`](crate::Handler).
+    pub fn new(handler: H) -> Self {
+        FreshConsumer {
+            handler,
+            settings: Settings {
+                bootstrap_servers: None,
+                group_id: None,
+                topics: Vec::new(),
+                properties: Vec::new(),
+                max_buffered_records: DEFAULT_MAX_BUFFERED_RECORDS,
+                commit_interval: DEFAULT_COMMIT_INTERVAL,
+                commit_batch_records: DEFAULT_COMMIT_BATCH_RECORDS,
+                retry_initial_backoff: DEFAULT_RETRY_INITIAL_BACKOFF,
+                retry_max_backoff: DEFAULT_RETRY_MAX_BACKOFF,
+                revoke_timeout: DEFAULT_REVOKE_TIMEOUT,
+                shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+                poll_warning_ratio: DEFAULT_POLL_WARNING_RATIO,
+                meter: None,
+                meter_provider: None,
+                event_time_header: None,
+            },
+        }
+    }
+
+    /// The brokers to bootstrap from, `host:port[,host:port...]` (librdkafka's
+    /// `bootstrap.servers`). Required unless set through [`set`](Self::set).
+    pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
+        self.settings.bootstrap_servers = Some(servers.into());
+        self
+    }
+
+    /// The consumer group (`group.id`). Required: commits belong to a group.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.settings.group_id = Some(group_id.into());
+        self
+    }
+
+    /// The topics to subscribe to. Names starting with `^` are regular
+    /// expressions, as in librdkafka's `subscribe`. Required.
+    pub fn topics<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.settings.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets any librdkafka consumer property (see librdkafka's
+    /// `CONFIGURATION.md`), for example security settings
+    /// (`security.protocol`, `sasl.mechanisms`, `sasl.username`,
+    /// `sasl.password`, `ssl.ca.location`). A later call for the same key wins.
+    ///
+    /// The library sets `enable.auto.commit=false` and
+    /// `enable.auto.offset.store=false` itself; setting either to `true` is a
+    /// [`ConfigError::AutoCommit`]. Unless set here, `auto.offset.reset` is
+    /// `earliest` (a new group starts at the log start offset, so nothing is
+    /// skipped) rather than librdkafka's `latest`.
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        let value = value.into();
+        self.settings.properties.retain(|(k, _)| *k != key);
+        self.settings.properties.push((key, value));
+        self
+    }
+
+    /// How many records per partition may wait in the library's buffer for
+    /// their handler. When a partition's buffer is full the partition is
+    /// paused (`rd_kafka_pause_partitions`) and resumed once it has drained to
+    /// half. Bounds memory to about this many records per assigned partition
+    /// plus what librdkafka prefetches (`queued.max.messages.kbytes`).
+    /// Defaults to 1,000. Must be at least 1.
+    pub fn max_buffered_records(mut self, records: usize) -> Self {
+        self.settings.max_buffered_records = records;
+        self
+    }
+
+    /// How often completed offsets are committed. Defaults to 1 s. Must be
+    /// more than zero.
+    pub fn commit_interval(mut self, interval: Duration) -> Self {
+        self.settings.commit_interval = interval;
+        self
+    }
+
+    /// Commit early, before [`commit_interval`](Self::commit_interval) has
+    /// passed, once this many records have completed since the last commit.
+    /// Defaults to 10,000. Must be at least 1.
+    pub fn commit_batch_records(mut self, records: usize) -> Self {
+        self.settings.commit_batch_records = records;
+        self
+    }
+
+    /// Backoff between attempts of a failing record: starts at `initial`,
+    /// doubles per attempt, capped at `max`. A failing record is retried until
+    /// it succeeds, the partition is revoked, or the consumer shuts down; no
+    /// later offset of its partition is committed meanwhile. Defaults to
+    /// 100 ms and 30 s. `initial` must be more than zero and at most `max`.
+    pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.settings.retry_initial_backoff = initial;
+        self.settings.retry_max_backoff = max;
+        self
+    }
+
+    /// How long a revoke waits for handlers already running on the revoked
+    /// partitions before it commits what completed and gives the partitions
+    /// up. A handler still running then finishes on its own, and its result is
+    /// dropped (the record is redelivered to the partition's new owner).
+    /// Defaults to 10 s. Must be below `max.poll.interval.ms`.
+    pub fn revoke_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.revoke_timeout = timeout;
+        self
+    }
+
+    /// The bound on shutdown: handlers running when the shutdown signal fires
+    /// may finish, completed offsets are committed and the group is left, all
+    /// within this time, even when the broker is unreachable. Defaults to 30 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The share of `max.poll.interval.ms` after which a gap between two polls
+    /// counts as a poll-interval warning. Defaults to 0.8. Must be in (0, 1].
+    pub fn poll_warning_ratio(mut self, ratio: f64) -> Self {
+        self.settings.poll_warning_ratio = ratio;
+        self
+    }
+
+    /// The meter the library's instruments are built from. Defaults to the
+    /// global meter provider's meter for this crate
+    /// (`opentelemetry::global::meter_with_scope`, scope `fresh-consumer`
+    /// with the crate version).
+    pub fn meter(mut self, meter: Meter) -> Self {
+        self.settings.meter = Some(meter);
+        self
+    }
+
+    /// Builds the instruments from this SDK meter provider and flushes it when
+    /// the consumer shuts down, so the last export interval is not lost. The
+    /// caller still owns the provider's `shutdown()`.
+    pub fn meter_provider(mut self, provider: &SdkMeterProvider) -> Self {
+        self.settings.meter_provider = Some(provider.clone());
+        self
+    }
+
+    /// Takes the event time from this header instead of the Kafka record
+    /// timestamp: the value is the event time in milliseconds since the Unix
+    /// epoch, as ASCII decimal digits (or 8 bytes big-endian). A record
+    /// without a parsable header counts as a record without timestamp.
+    /// Defaults to the record timestamp.
+    pub fn event_time_header(mut self, name: impl Into<String>) -> Self {
+        self.settings.event_time_header = Some(name.into());
+        self
+    }
+
+    /// Checks the configuration without touching the network: the library's
+    /// options, the required settings, and every librdkafka property (name and
+    /// value) through librdkafka's own configuration parser.
+    ///
+    /// # Errors
+    /// The first problem found, as a [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.settings.validate().map(|_| ())
+    }
+}
+
+impl Settings {
+    pub(crate) fn validate(&self) -> Result<Validated, ConfigError> {
+        let prop = |key: &str| {
+            self.properties
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        for (property, instead) in [
+            ("enable.auto.commit", "commit_interval"),
+            ("enable.auto.offset.store", "commit_batch_records"),
+        ] {
+            if let Some(v) = prop(property)
+                && v.trim() != "false"
+            {
+                return Err(ConfigError::AutoCommit { property, instead });
+            }
+        }
+        let bootstrap = self
+            .bootstrap_servers
+            .as_deref()
+            .or(prop("bootstrap.servers"))
+            .or(prop("metadata.broker.list"));
+        if bootstrap.is_none_or(|b| b.trim().is_empty()) && prop("test.mock.num.brokers").is_none()
+        {
+            return Err(ConfigError::MissingBootstrapServers);
+        }
+        let group_id = self
+            .group_id
+            .as_deref()
+            .or(prop("group.id"))
+            .filter(|g| !g.trim().is_empty())
+            .ok_or(ConfigError::MissingGroupId)?
+            .to_owned();
+        if self.topics.is_empty() {
+            return Err(ConfigError::MissingTopics);
+        }
+        if self.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConfigError::EmptyTopicName);
+        }
+        let invalid = |option: &'static str, reason: &str| ConfigError::InvalidOption {
+            option,
+            reason: reason.to_owned(),
+        };
+        if self.max_buffered_records == 0 {
+            return Err(invalid("max_buffered_records", "must be at least 1"));
+        }
+        if self.commit_interval.is_zero() {
+            return Err(invalid("commit_interval", "must be more than zero"));
+        }
+        if self.commit_batch_records == 0 {
+            return Err(invalid("commit_batch_records", "must be at least 1"));
+        }
+        if self.retry_initial_backoff.is_zero()
+            || self.retry_initial_backoff > self.retry_max_backoff
+        {
+            return Err(invalid(
+                "retry_backoff",
+                "initial must be more than zero and at most max",
+            ));
+        }
+        if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
+            return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
+        }
+        if let Some(h) = &self.event_time_header
+            && h.is_empty()
+        {
+            return Err(invalid("event_time_header", "must not be empty"));
+        }
+
+        let mut cc = ClientConfig::new();
+        cc.set("auto.offset.reset", "earliest");
+        for (k, v) in &self.properties {
+            cc.set(k, v);
+        }
+        if let Some(b) = &self.bootstrap_servers {
+            cc.set("bootstrap.servers", b);
+        }
+        cc.set("group.id", &group_id);
+        cc.set("enable.auto.commit", "false");
+        cc.set("enable.auto.offset.store", "false");
+        // Let librdkafka parse every property now, before any client exists.
+        cc.create_native_config().map_err(redact_config_error)?;
+
+        let max_poll_interval = match prop("max.poll.interval.ms") {
+            Some(v) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| {
+                ConfigError::InvalidProperty {
+                    property: "max.poll.interval.ms".into(),
+                    reason: "not a number of milliseconds".into(),
+                }
+            })?),
+            None => DEFAULT_MAX_POLL_INTERVAL,
+        };
+        if self.revoke_timeout >= max_poll_interval {
+            return Err(invalid(
+                "revoke_timeout",
+                "must be below max.poll.interval.ms",
+            ));
+        }
+        Ok(Validated {
+            client_config: cc,
+            group_id,
+            topics: self.topics.clone(),
+            max_poll_interval,
+        })
+    }
+}
+
+/// `true` for librdkafka properties whose values must never be shown.
+pub(crate) fn is_secret_property(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password")
+        || k.contains("secret")
+        || k == "sasl.oauthbearer.config"
+        || k == "ssl.key.pem"
+        || k == "ssl_key"
+        || k.contains("token")
+}
+
+fn redact_config_error(e: KafkaError) -> ConfigError {
+    match e {
+        KafkaError::ClientConfig(_, desc, key, value) => {
+            let reason = if is_secret_property(&key) || value.is_empty() {
+                if value.is_empty() {
+                    desc
+                } else {
+                    desc.replace(&value, "[redacted]")
+                }
+            } else {
+                desc
+            };
+            ConfigError::InvalidProperty {
+                property: key,
+                reason: if reason.is_empty() {
+                    "rejected by librdkafka".into()
+                } else {
+                    reason
+                },
+            }
+        }
+        other => ConfigError::InvalidProperty {
+            property: String::new(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+struct RedactedProperties<'a>(&'a [(String, String)]);
+
+impl fmt::Debug for RedactedProperties<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in self.0 {
+            if is_secret_property(k) {
+                m.entry(k, &"[redacted]");
+            } else {
+                m.entry(k, v);
+            }
+        }
+        m.finish()
+    }
+}
+
+impl<H> fmt::Debug for FreshConsumer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
+        f.debug_struct("FreshConsumer")
+            .field("handler", &std::any::type_name::<H>())
+            .field("bootstrap_servers", &s.bootstrap_servers)
+            .field("group_id", &s.group_id)
+            .field("topics", &s.topics)
+            .field("properties", &RedactedProperties(&s.properties))
+            .field("max_buffered_records", &s.max_buffered_records)
+            .field("commit_interval", &s.commit_interval)
+            .field("commit_batch_records", &s.commit_batch_records)
+            .field("retry_initial_backoff", &s.retry_initial_backoff)
+            .field("retry_max_backoff", &s.retry_max_backoff)
+            .field("revoke_timeout", &s.revoke_timeout)
+            .field("shutdown_timeout", &s.shutdown_timeout)
+            .field("poll_warning_ratio", &s.poll_warning_ratio)
+            .field("event_time_header", &s.event_time_header)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> FreshConsumer<()> {
+        FreshConsumer::new(())
+            .bootstrap_servers("localhost:9092")
+            .group_id("g")
+            .topics(["t"])
+    }
+
+    #[test]
+    fn a_complete_config_validates() {
+        base().validate().unwrap();
+    }
+
+    #[test]
+    fn missing_required_settings_are_typed_errors() {
+        let e = FreshConsumer::new(()).group_id("g").topics(["t"]).validate();
+        assert_eq!(e, Err(ConfigError::MissingBootstrapServers));
+        let e = FreshConsumer::new(())
+            .bootstrap_servers("b:1")
+            .topics(["t"])
+            .validate();
+        assert_eq!(e, Err(ConfigError::MissingGroupId));
+        let e = FreshConsumer::new(())
+            .bootstrap_servers("b:1")
+            .group_id("g")
+            .validate();
+        assert_eq!(e, Err(ConfigError::MissingTopics));
+        let e = base().topics([""]).validate();
+        assert_eq!(e, Err(ConfigError::EmptyTopicName));
+    }
+
+    #[test]
+    fn auto_commit_names_the_library_option() {
+        let e = base().set("enable.auto.commit", "true").validate().unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::AutoCommit {
+                property: "enable.auto.commit",
+                instead: "commit_interval"
+            }
+        );
+        assert!(e.to_string().contains("commit_interval"));
+        let e = base()
+            .set("enable.auto.offset.store", "true")
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::AutoCommit { .. }));
+        base().set("enable.auto.commit", "false").validate().unwrap();
+    }
+
+    #[test]
+    fn librdkafka_rejects_unknown_and_invalid_properties_before_io() {
+        let e = base().set("no.such.property", "1").validate().unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "no.such.property"),
+            "{e:?}"
+        );
+        let e = base()
+            .set("session.timeout.ms", "soon")
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::InvalidProperty { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn library_options_are_checked() {
+        for c in [
+            base().max_buffered_records(0),
+            base().commit_interval(Duration::ZERO),
+            base().commit_batch_records(0),
+            base().retry_backoff(Duration::from_secs(2), Duration::from_secs(1)),
+            base().poll_warning_ratio(0.0),
+            base().poll_warning_ratio(1.5),
+            base()
+                .set("max.poll.interval.ms", "5000")
+                .revoke_timeout(Duration::from_secs(6)),
+        ] {
+            assert!(
+                matches!(c.validate(), Err(ConfigError::InvalidOption { .. })),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_or_errors() {
+        let c = base()
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanisms", "PLAIN")
+            .set("sasl.username", "alice")
+            .set("sasl.password", "hunter2-very-secret")
+            .set("sasl.oauthbearer.client.secret", "s3cr3t-oauth")
+            .set("ssl.key.password", "keypass-xyz");
+        let dbg = format!("{c:?}");
+        for secret in ["hunter2-very-secret", "s3cr3t-oauth", "keypass-xyz"] {
+            assert!(!dbg.contains(secret), "{dbg}");
+        }
+        assert!(dbg.contains("alice"));
+        // An invalid value for a secret property is reported without the value.
+        let e = base()
+            .set("sasl.oauthbearer.config", "\u{0}hunter2-very-secret")
+            .validate();
+        if let Err(e) = e {
+            assert!(!format!("{e} {e:?}").contains("hunter2-very-secret"));
+        }
+    }
+}

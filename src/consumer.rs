@@ -1,0 +1,483 @@
+//! The engine: poll -> dispatch per partition -> handler -> completion
+//! tracking -> commit, and the bounded shutdown.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::metrics::MeterProvider;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::TopicPartitionList;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+
+use crate::commit::{self, CommitCmd};
+use crate::config::FreshConsumer;
+use crate::context::Ctx;
+use crate::error::RunError;
+use crate::handler::Handler;
+use crate::instruments::Instruments;
+use crate::partition::PartitionState;
+use crate::record::Record;
+use crate::shared::{Ctrl, Shared, SharedInit};
+use crate::summary::RunSummary;
+use crate::watchdog::{self, PollClock};
+
+/// The longest the poll loop waits in one poll on an idle topic before it
+/// polls again. Polling on a tick keeps the poll-interval signal honest: a
+/// long gap means the loop could not run, not that the topic was quiet. The
+/// tick is shortened to a quarter of the warning threshold when that is less.
+pub const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
+
+type Kafka<H> = StreamConsumer<Ctx<H>>;
+
+impl<H: Handler> FreshConsumer<H> {
+    /// Runs the consumer until the process ends (or a fatal Kafka error).
+    ///
+    /// # Errors
+    /// As [`run_until`](Self::run_until).
+    pub async fn run(self) -> Result<RunSummary, RunError> {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Runs the consumer until `signal` resolves, then shuts down within
+    /// [`shutdown_timeout`](Self::shutdown_timeout): stops taking records, lets
+    /// handlers that are running finish, commits completed work
+    /// synchronously, flushes metrics (when a
+    /// [`meter_provider`](Self::meter_provider) was given), leaves the group,
+    /// and returns what was done.
+    ///
+    /// Must be called inside a tokio runtime (multi-thread or current-thread).
+    /// The poll loop runs as a task on that runtime; commits and other
+    /// blocking librdkafka calls run on threads of their own.
+    ///
+    /// # Errors
+    /// [`RunError::Config`] before any network I/O when the configuration is
+    /// invalid; [`RunError::Client`] when librdkafka cannot create the
+    /// consumer or subscribe; [`RunError::NoRuntime`] outside a tokio
+    /// runtime; [`RunError::Fatal`] when librdkafka raised a fatal error.
+    pub async fn run_until<S>(self, signal: S) -> Result<RunSummary, RunError>
+    where
+        S: Future<Output = ()>,
+    {
+        let FreshConsumer { handler, settings } = self;
+        let validated = settings.validate()?;
+        let runtime = Handle::try_current().map_err(|_| RunError::NoRuntime)?;
+        let meter = match (&settings.meter, &settings.meter_provider) {
+            (Some(m), _) => m.clone(),
+            (None, Some(p)) => p.meter_with_scope(scope()),
+            (None, None) => opentelemetry::global::meter_with_scope(scope()),
+        };
+        let instruments = Instruments::new(&meter, &validated.group_id);
+        let (commit_tx, commit_rx) = std::sync::mpsc::channel();
+        let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(SharedInit {
+            group_id: validated.group_id.clone(),
+            max_buffered_records: settings.max_buffered_records,
+            commit_batch_records: settings.commit_batch_records,
+            retry_initial_backoff: settings.retry_initial_backoff,
+            retry_max_backoff: settings.retry_max_backoff,
+            revoke_timeout: settings.revoke_timeout,
+            event_time_header: settings.event_time_header.clone(),
+            runtime,
+            instruments,
+            commit_tx,
+            ctrl_tx,
+            poll_clock: PollClock::new(),
+        }));
+        let ctx = Ctx {
+            shared: Arc::clone(&shared),
+            handler: Arc::new(handler),
+        };
+        let consumer: Arc<Kafka<H>> = Arc::new(
+            validated
+                .client_config
+                .create_with_context(ctx)
+                .map_err(RunError::Client)?,
+        );
+        let topics: Vec<&str> = validated.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).map_err(RunError::Client)?;
+
+        let committer = {
+            let consumer = Arc::clone(&consumer);
+            let shared = Arc::clone(&shared);
+            let interval = settings.commit_interval;
+            std::thread::Builder::new()
+                .name("fresh-consumer-commit".into())
+                .spawn(move || commit::run(consumer, shared, commit_rx, interval))
+                .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?
+        };
+        let warn_after = validated
+            .max_poll_interval
+            .mul_f64(settings.poll_warning_ratio);
+        let watchdog_stop = Arc::new(AtomicBool::new(false));
+        let watchdog = watchdog::spawn(
+            Arc::clone(&shared),
+            warn_after,
+            validated.max_poll_interval,
+            Arc::clone(&watchdog_stop),
+        )
+        .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?;
+
+        let engine = Engine {
+            consumer,
+            shared: Arc::clone(&shared),
+            ctrl_rx,
+            tick: IDLE_POLL_TICK.min(warn_after / 4),
+            slots: HashMap::new(),
+            slots_epoch: u64::MAX,
+        };
+        let shutdown_timeout = settings.shutdown_timeout;
+        let provider = settings.meter_provider.clone();
+        let mut engine = engine;
+        let task = tokio::spawn(async move {
+            let stopped_by = engine.poll_loop().await;
+            let summary = engine
+                .shutdown(shutdown_timeout, committer, provider.as_ref())
+                .await;
+            (stopped_by, summary)
+        });
+        // Cancelling `run_until` (dropping its future) shuts the engine down too.
+        let _guard = shared.shutdown.clone().drop_guard();
+        tokio::pin!(signal);
+        tokio::pin!(task);
+        let (stopped_by, summary) = tokio::select! {
+            r = &mut task => r,
+            () = &mut signal => {
+                shared.shutdown.cancel();
+                (&mut task).await
+            }
+        }
+        .map_err(|e| RunError::Fatal(KafkaError::Canceled).with_join(e))?;
+        watchdog_stop.store(true, Ordering::Release);
+        watchdog.thread().unpark();
+        let _ = watchdog.join();
+        match stopped_by {
+            Stop::Signal => Ok(summary),
+            Stop::Fatal(e) => Err(RunError::Fatal(e)),
+        }
+    }
+}
+
+impl RunError {
+    fn with_join(self, e: tokio::task::JoinError) -> Self {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        self
+    }
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+enum Stop {
+    Signal,
+    Fatal(KafkaError),
+}
+
+/// The poll loop's view of one assigned partition.
+struct Slot {
+    state: Arc<PartitionState>,
+    /// Records fetched while the worker's buffer was full (the partition is
+    /// paused meanwhile); handed over in order before anything newer.
+    overflow: VecDeque<Record>,
+    paused: bool,
+}
+
+struct Engine<H: Handler> {
+    consumer: Arc<Kafka<H>>,
+    shared: Arc<Shared>,
+    ctrl_rx: mpsc::UnboundedReceiver<Ctrl>,
+    tick: Duration,
+    /// Topic -> partition -> slot, refreshed when the assignment changes.
+    slots: HashMap<Arc<str>, Vec<Option<Slot>>>,
+    slots_epoch: u64,
+}
+
+impl<H: Handler> Engine<H> {
+    async fn poll_loop(&mut self) -> Stop {
+        let stop = self.shared.shutdown.clone();
+        self.shared.poll_clock.polled(&self.shared.instruments);
+        let consumer = Arc::clone(&self.consumer);
+        let shared = Arc::clone(&self.shared);
+        let tick = self.tick;
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = stop.cancelled() => return Stop::Signal,
+                Some(ctrl) = self.ctrl_rx.recv() => Err(ctrl),
+                r = async {
+                    shared.poll_clock.polled(&shared.instruments);
+                    tokio::time::timeout(tick, consumer.recv()).await
+                } => Ok(r),
+            };
+            match event {
+                Err(Ctrl::Drained(state)) => self.refill(&state),
+                Ok(Err(_idle)) => {}
+                Ok(Ok(Ok(message))) => {
+                    // Rebalance callbacks run inside `recv`: refresh first.
+                    self.refresh_slots();
+                    dispatch(&mut self.slots, &shared, &consumer, message);
+                }
+                Ok(Ok(Err(e))) => {
+                    if let Some(fatal) = self.on_error(e) {
+                        return Stop::Fatal(fatal);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_error(&mut self, e: KafkaError) -> Option<KafkaError> {
+        match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PollExceeded) => {
+                self.shared.instruments.poll_exceeded();
+                tracing::error!("max.poll.interval.ms exceeded: librdkafka left the group and the assignment is lost; it rejoins on the next poll");
+                None
+            }
+            _ => {
+                if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                    tracing::error!(?code, %reason, "fatal librdkafka error; shutting down");
+                    return Some(e);
+                }
+                tracing::warn!(error = %e, "consume error");
+                None
+            }
+        }
+    }
+
+    fn refresh_slots(&mut self) {
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        if epoch == self.slots_epoch {
+            return;
+        }
+        self.slots_epoch = epoch;
+        let mut old = std::mem::take(&mut self.slots);
+        for ((topic, partition), state) in self.shared.partitions().iter() {
+            let p = *partition as usize;
+            let kept = old
+                .get_mut(topic)
+                .and_then(|v| v.get_mut(p))
+                .and_then(Option::take)
+                .filter(|s| Arc::ptr_eq(&s.state, state));
+            let slot = kept.unwrap_or_else(|| Slot {
+                state: Arc::clone(state),
+                overflow: VecDeque::new(),
+                paused: false,
+            });
+            let v = self.slots.entry(Arc::clone(topic)).or_default();
+            if v.len() <= p {
+                v.resize_with(p + 1, || None);
+            }
+            v[p] = Some(slot);
+        }
+    }
+
+    /// A paused partition's worker drained to half: hand over the overflow
+    /// and resume fetching once it is empty.
+    fn refill(&mut self, state: &Arc<PartitionState>) {
+        self.refresh_slots();
+        let Some(slot) = self
+            .slots
+            .get_mut(&state.topic)
+            .and_then(|v| v.get_mut(state.partition as usize))
+            .and_then(Option::as_mut)
+            .filter(|s| Arc::ptr_eq(&s.state, state))
+        else {
+            return;
+        };
+        while let Some(r) = slot.overflow.pop_front() {
+            match slot.state.tx.try_send(r) {
+                Ok(()) => {}
+                Err(TrySendError::Full(r)) => {
+                    slot.overflow.push_front(r);
+                    slot.state.wants_resume.store(true, Ordering::Release);
+                    return;
+                }
+                Err(TrySendError::Closed(_)) => {
+                    slot.overflow.clear();
+                    return;
+                }
+            }
+        }
+        if slot.paused {
+            let tpl = single(&slot.state);
+            match self.consumer.resume(&tpl) {
+                Ok(()) => slot.paused = false,
+                Err(e) => tracing::warn!(error = %e, "resuming a drained partition failed"),
+            }
+        }
+    }
+
+    async fn shutdown(
+        self,
+        timeout: Duration,
+        committer: std::thread::JoinHandle<()>,
+        provider: Option<&opentelemetry_sdk::metrics::SdkMeterProvider>,
+    ) -> RunSummary {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        self.shared.poll_clock.suspend();
+        self.shared.shutdown.cancel();
+        let mut timed_out = false;
+        // 1. Handlers that are running finish (up to half the budget).
+        let states = self.shared.assigned();
+        let handlers_deadline = started + timeout / 2;
+        let wait = {
+            let states = states.clone();
+            tokio::task::spawn_blocking(move || {
+                states
+                    .iter()
+                    .filter(|s| !s.wait_stopped_blocking(handlers_deadline))
+                    .count()
+            })
+        };
+        let still_running = wait.await.unwrap_or(states.len());
+        if still_running > 0 {
+            timed_out = true;
+            tracing::warn!(
+                still_running,
+                "shutdown: handlers still running at the deadline; their records stay uncommitted"
+            );
+        }
+        // 2. Commit completed work synchronously.
+        let (reply, rx) = std::sync::mpsc::channel();
+        let cmd = CommitCmd::Sync { only: None, reply };
+        if self.shared.commit_tx.send(cmd).is_ok() {
+            let budget = deadline
+                .saturating_duration_since(Instant::now())
+                .mul_f64(0.5);
+            let r = tokio::task::spawn_blocking(move || rx.recv_timeout(budget)).await;
+            match r {
+                Ok(Ok(Ok(_))) => {}
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(error = %e, "shutdown: final commit failed; uncommitted records will be redelivered");
+                }
+                _ => {
+                    timed_out = true;
+                    tracing::warn!("shutdown: final commit did not finish in time; uncommitted records will be redelivered");
+                }
+            }
+        }
+        // Nothing is committed after this point; a revoke during close is a no-op.
+        self.shared.closing.store(true, Ordering::Release);
+        self.shared.remove(&states, Duration::from_millis(100));
+        let _ = self.shared.commit_tx.send(CommitCmd::Stop);
+        // 3. Flush metrics so the last interval is not lost.
+        if let Some(provider) = provider {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if !crate::export::flush(provider, budget).await {
+                timed_out = true;
+            }
+        }
+        // 4. Leave the group: closing blocks, so it runs on a thread of its own.
+        let summary = self.summary();
+        let consumer = self.consumer;
+        drop(self.slots);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let closer = std::thread::Builder::new()
+            .name("fresh-consumer-close".into())
+            .spawn(move || {
+                let _ = committer.join();
+                drop(consumer);
+                let _ = done_tx.send(());
+            });
+        if closer.is_ok() {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(budget, done_rx).await.is_err() {
+                timed_out = true;
+                tracing::warn!("shutdown: leaving the group did not finish in time (broker unreachable?); returning anyway");
+            }
+        }
+        RunSummary {
+            shutdown_timed_out: timed_out,
+            ..summary
+        }
+    }
+
+    fn summary(&self) -> RunSummary {
+        let c = &self.shared.counters;
+        RunSummary {
+            records_received: c.received.load(Ordering::Relaxed),
+            records_succeeded: c.succeeded.load(Ordering::Relaxed),
+            failed_attempts: c.failed_attempts.load(Ordering::Relaxed),
+            late_completions: c.late_completions.load(Ordering::Relaxed),
+            records_unassigned: c.unassigned.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed),
+            commit_failures: c.commit_failures.load(Ordering::Relaxed),
+            rebalances: c.rebalances.load(Ordering::Relaxed),
+            committed: self
+                .shared
+                .committed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            shutdown_timed_out: false,
+        }
+    }
+}
+
+fn single(state: &PartitionState) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::with_capacity(1);
+    tpl.add_partition(&state.topic, state.partition);
+    tpl
+}
+
+/// Hands one fetched record to its partition's worker, pausing the partition
+/// when the worker's buffer is full.
+fn dispatch<H: Handler>(
+    slots: &mut HashMap<Arc<str>, Vec<Option<Slot>>>,
+    shared: &Shared,
+    consumer: &Kafka<H>,
+    message: BorrowedMessage<'_>,
+) {
+    shared.counters.received.fetch_add(1, Ordering::Relaxed);
+    let slot = slots
+        .get_mut(message.topic())
+        .and_then(|v| v.get_mut(message.partition() as usize))
+        .and_then(Option::as_mut);
+    let Some(slot) = slot else {
+        // Fetched before a revoke: not ours any more, never committed by us.
+        shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let state = &slot.state;
+    state.metrics.consumed();
+    let record = Record::from_message(&state.topic, &message);
+    state
+        .tracker
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .delivered(record.offset());
+    if !slot.overflow.is_empty() {
+        slot.overflow.push_back(record);
+        return;
+    }
+    match state.tx.try_send(record) {
+        Ok(()) => {}
+        Err(TrySendError::Full(record)) => {
+            slot.overflow.push_back(record);
+            if !slot.paused {
+                match consumer.pause(&single(state)) {
+                    Ok(()) => slot.paused = true,
+                    Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
+                }
+            }
+            state.wants_resume.store(true, Ordering::Release);
+        }
+        Err(TrySendError::Closed(_)) => {
+            shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Errors returned by the library.
+
+use rdkafka::error::KafkaError;
+
+/// A configuration that cannot run. Returned by
+/// [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) and
+/// [`FreshConsumer::validate`](crate::FreshConsumer::validate) before any
+/// network I/O. Never contains the value of a secret property.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Neither [`bootstrap_servers`](crate::FreshConsumer::bootstrap_servers)
+    /// nor the `bootstrap.servers` property was set.
+    #[error("no bootstrap servers: call `bootstrap_servers(..)` or set `bootstrap.servers`")]
+    MissingBootstrapServers,
+    /// Neither [`group_id`](crate::FreshConsumer::group_id) nor the `group.id`
+    /// property was set. Commits need a consumer group.
+    #[error("no consumer group: call `group_id(..)` or set `group.id`")]
+    MissingGroupId,
+    /// No topic to subscribe to.
+    #[error("no topics: call `topics(..)` with at least one topic")]
+    MissingTopics,
+    /// A topic name is empty.
+    #[error("empty topic name")]
+    EmptyTopicName,
+    /// A librdkafka property that would commit behind the library's back
+    /// (`enable.auto.commit`, `enable.auto.offset.store`) was set to `true`.
+    #[error("`{property}` cannot be enabled: the library commits only past handled records; use `{instead}` instead")]
+    AutoCommit {
+        /// The property that was set.
+        property: &'static str,
+        /// The library option that controls commits instead.
+        instead: &'static str,
+    },
+    /// One of the library's own options has an invalid value.
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOption {
+        /// The builder method's name.
+        option: &'static str,
+        /// Why the value is invalid.
+        reason: String,
+    },
+    /// librdkafka rejected a property: unknown name or invalid value. For
+    /// secret properties the reason does not repeat the value.
+    #[error("invalid librdkafka property `{property}`: {reason}")]
+    InvalidProperty {
+        /// The property name.
+        property: String,
+        /// librdkafka's reason (secret values redacted).
+        reason: String,
+    },
+}
+
+/// Why [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) could not
+/// run or stopped early.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The configuration is invalid; nothing was started.
+    #[error("invalid configuration")]
+    Config(#[from] ConfigError),
+    /// librdkafka could not create the consumer or subscribe.
+    #[error("kafka client error")]
+    Client(#[source] KafkaError),
+    /// `run_until` was called outside a tokio runtime.
+    #[error("no tokio runtime: run the consumer inside a tokio runtime")]
+    NoRuntime,
+    /// The consumer stopped on a fatal librdkafka error (for example a fenced
+    /// static member); completed work was committed first where possible.
+    #[error("fatal kafka error")]
+    Fatal(#[source] KafkaError),
+}
+
+impl RunError {
+    /// `true` when the error is a configuration error.
+    pub fn is_config(&self) -> bool {
+        matches!(self, RunError::Config(_))
+    }
+}

@@ -1,0 +1,74 @@
+//! The handler: the user's code run once per record.
+
+use std::error::Error;
+use std::future::Future;
+
+use crate::Record;
+
+/// The error type handlers may return: any error that is `Send + Sync`.
+/// A handler's own error type converts into it through `Into<BoxError>`.
+pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
+
+/// Processes one record. The record counts as processed, and its offset as
+/// committable, only when the returned future resolves to `Ok(())`.
+///
+/// Implemented for async functions and closures `Fn(Record) -> impl Future<Output = Result<(), E>>`
+/// where `E: Into<BoxError>`, and for your own types (for example one that
+/// holds a database pool):
+///
+/// ```
+/// use fresh_consumer::{Handler, Record};
+///
+/// struct Store {
+///     table: String,
+/// }
+///
+/// impl Handler for Store {
+///     type Error = std::io::Error;
+///
+///     async fn handle(&self, record: Record) -> Result<(), Self::Error> {
+///         let _ = (&self.table, record.payload());
+///         Ok(())
+///     }
+/// }
+///
+/// // An async function works too:
+/// async fn print(record: Record) -> Result<(), std::io::Error> {
+///     println!("{}:{}@{}", record.topic(), record.partition(), record.offset());
+///     Ok(())
+/// }
+/// # fn assert_handler<H: Handler>(_: H) {}
+/// # assert_handler(Store { table: "t".into() });
+/// # assert_handler(print);
+/// ```
+///
+/// Records of one partition are handed to `handle` one at a time, in offset
+/// order; records of different partitions concurrently. A handler that fails
+/// (returns `Err` or panics) is retried in place with exponential backoff, and
+/// no later offset of its partition is committed until it succeeds.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a fresh-consumer handler",
+    label = "not a handler",
+    note = "a handler is an async fn or closure taking an owned `Record` and returning `Result<(), E>` with `E: Into<BoxError>`, or a type implementing `Handler`"
+)]
+pub trait Handler: Send + Sync + 'static {
+    /// The handler's error type.
+    type Error: Into<BoxError>;
+
+    /// Handles one record. `Ok(())` means the record is processed and its
+    /// offset may be committed.
+    fn handle(&self, record: Record) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+impl<F, Fut, E> Handler for F
+where
+    F: Fn(Record) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<BoxError>,
+{
+    type Error = E;
+
+    fn handle(&self, record: Record) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self(record)
+    }
+}

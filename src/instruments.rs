@@ -1,0 +1,323 @@
+//! The instruments, built once, and the attribute sets, built once per
+//! assigned partition. Nothing here allocates per record.
+
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+
+use crate::metrics::*;
+use crate::record::RecordTimestamp;
+
+/// Every instrument the library records into.
+#[derive(Clone)]
+pub(crate) struct Instruments {
+    event_age: Histogram<f64>,
+    process_duration: Histogram<f64>,
+    consumed: Counter<u64>,
+    batch_duration: Histogram<f64>,
+    poll_interval: Histogram<f64>,
+    poll_warnings: Counter<u64>,
+    poll_exceeded: Counter<u64>,
+    operation_duration: Histogram<f64>,
+    timestamp_missing: Counter<u64>,
+    clock_skew: Counter<u64>,
+    group_attrs: [KeyValue; 2],
+    commit_attrs: [KeyValue; 4],
+    group: String,
+}
+
+/// Where the event time of a succeeded record came from, for the age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventTime {
+    /// Milliseconds since the epoch, from the record timestamp.
+    Record(RecordTimestamp),
+    /// Milliseconds since the epoch, from the event-time header.
+    Header(i64),
+    /// No usable event time.
+    Missing,
+}
+
+/// Outcome of recording an age (for tests and counters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum AgeOutcome {
+    Recorded(f64),
+    ClockSkew,
+    Missing,
+}
+
+/// Computes the event age in seconds at `now`.
+pub(crate) fn event_age(event_ms: i64, now: SystemTime) -> AgeOutcome {
+    let now_ms = match now.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64() * 1_000.0,
+        Err(_) => return AgeOutcome::Missing,
+    };
+    let age_ms = now_ms - event_ms as f64;
+    if age_ms < 0.0 {
+        AgeOutcome::ClockSkew
+    } else {
+        AgeOutcome::Recorded(age_ms / 1_000.0)
+    }
+}
+
+impl Instruments {
+    pub(crate) fn new(meter: &Meter, group: &str) -> Self {
+        let hist = |name: &'static str, desc: &'static str, bounds: &[f64]| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(desc)
+                .with_boundaries(bounds.to_vec())
+                .build()
+        };
+        let counter = |name: &'static str, unit: &'static str, desc: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_unit(unit)
+                .with_description(desc)
+                .build()
+        };
+        let group_attrs = [
+            KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+            KeyValue::new(MESSAGING_CONSUMER_GROUP_NAME, group.to_owned()),
+        ];
+        Instruments {
+            event_age: hist(
+                EVENT_AGE,
+                "Age of the record's event time when its handler succeeded.",
+                EVENT_AGE_BOUNDARIES,
+            ),
+            process_duration: hist(
+                PROCESS_DURATION,
+                "Duration of one handler attempt.",
+                DURATION_BOUNDARIES,
+            ),
+            consumed: counter(
+                CONSUMED_MESSAGES,
+                "{message}",
+                "Records received from Kafka.",
+            ),
+            batch_duration: hist(
+                BATCH_DURATION,
+                "Duration of a run of one partition's records handled back to back.",
+                DURATION_BOUNDARIES,
+            ),
+            poll_interval: hist(
+                POLL_INTERVAL,
+                "Gap between two polls of librdkafka by the poll loop.",
+                DURATION_BOUNDARIES,
+            ),
+            poll_warnings: counter(
+                POLL_INTERVAL_WARNINGS,
+                "{warning}",
+                "Poll gaps that crossed the warning share of max.poll.interval.ms.",
+            ),
+            poll_exceeded: counter(
+                POLL_INTERVAL_EXCEEDED,
+                "{event}",
+                "Times librdkafka reported max.poll.interval.ms exceeded.",
+            ),
+            operation_duration: hist(
+                CLIENT_OPERATION_DURATION,
+                "Duration of offset commits.",
+                DURATION_BOUNDARIES,
+            ),
+            timestamp_missing: counter(
+                EVENT_TIMESTAMP_MISSING,
+                "{message}",
+                "Succeeded records without a usable event time.",
+            ),
+            clock_skew: counter(
+                EVENT_CLOCK_SKEW,
+                "{message}",
+                "Succeeded records timestamped later than the consumer's clock.",
+            ),
+            commit_attrs: [
+                group_attrs[0].clone(),
+                group_attrs[1].clone(),
+                KeyValue::new(MESSAGING_OPERATION_NAME, "commit"),
+                KeyValue::new(MESSAGING_OPERATION_TYPE, "settle"),
+            ],
+            group_attrs,
+            group: group.to_owned(),
+        }
+    }
+
+    pub(crate) fn partition(&self, topic: &str, partition: i32) -> PartitionInstruments {
+        let base = [
+            KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+            KeyValue::new(MESSAGING_DESTINATION_NAME, topic.to_owned()),
+            KeyValue::new(MESSAGING_DESTINATION_PARTITION_ID, partition.to_string()),
+            KeyValue::new(MESSAGING_CONSUMER_GROUP_NAME, self.group.clone()),
+        ];
+        let with = |extra: &[KeyValue]| -> Box<[KeyValue]> {
+            base.iter().cloned().chain(extra.iter().cloned()).collect()
+        };
+        let process = [
+            KeyValue::new(MESSAGING_OPERATION_NAME, "process"),
+            KeyValue::new(MESSAGING_OPERATION_TYPE, "process"),
+        ];
+        let process_err = |kind: &'static str| {
+            let mut v = process.to_vec();
+            v.push(KeyValue::new(ERROR_TYPE, kind));
+            with(&v)
+        };
+        PartitionInstruments {
+            i: self.clone(),
+            base: with(&[]),
+            age_create: with(&[KeyValue::new(TIMESTAMP_TYPE, "create_time")]),
+            age_append: with(&[KeyValue::new(TIMESTAMP_TYPE, "log_append_time")]),
+            age_header: with(&[KeyValue::new(TIMESTAMP_TYPE, "header")]),
+            process_ok: with(&process),
+            process_error: process_err("handler_error"),
+            process_panic: process_err("panic"),
+            consumed: with(&[
+                KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
+                KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
+            ]),
+        }
+    }
+
+    pub(crate) fn poll_interval(&self, gap: Duration) {
+        self.poll_interval
+            .record(gap.as_secs_f64(), &self.group_attrs);
+    }
+
+    pub(crate) fn poll_warning(&self) {
+        self.poll_warnings.add(1, &self.group_attrs);
+    }
+
+    pub(crate) fn poll_exceeded(&self) {
+        self.poll_exceeded.add(1, &self.group_attrs);
+    }
+
+    pub(crate) fn commit(&self, took: Duration, error: Option<String>) {
+        match error {
+            None => self
+                .operation_duration
+                .record(took.as_secs_f64(), &self.commit_attrs),
+            Some(e) => {
+                let mut attrs = self.commit_attrs.to_vec();
+                attrs.push(KeyValue::new(ERROR_TYPE, e));
+                self.operation_duration.record(took.as_secs_f64(), &attrs);
+            }
+        }
+    }
+}
+
+/// Failure class of a handler attempt, for `error.type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttemptError {
+    Handler,
+    Panic,
+}
+
+/// Instruments with one partition's attribute sets, built on assignment.
+pub(crate) struct PartitionInstruments {
+    i: Instruments,
+    base: Box<[KeyValue]>,
+    age_create: Box<[KeyValue]>,
+    age_append: Box<[KeyValue]>,
+    age_header: Box<[KeyValue]>,
+    process_ok: Box<[KeyValue]>,
+    process_error: Box<[KeyValue]>,
+    process_panic: Box<[KeyValue]>,
+    consumed: Box<[KeyValue]>,
+}
+
+impl PartitionInstruments {
+    pub(crate) fn consumed(&self) {
+        self.i.consumed.add(1, &self.consumed);
+    }
+
+    pub(crate) fn attempt(&self, took: Duration, error: Option<AttemptError>) {
+        let attrs = match error {
+            None => &self.process_ok,
+            Some(AttemptError::Handler) => &self.process_error,
+            Some(AttemptError::Panic) => &self.process_panic,
+        };
+        self.i.process_duration.record(took.as_secs_f64(), attrs);
+    }
+
+    pub(crate) fn batch(&self, took: Duration) {
+        self.i.batch_duration.record(took.as_secs_f64(), &self.base);
+    }
+
+    /// Records the age of a succeeded record. Returns what was recorded.
+    pub(crate) fn succeeded(&self, event_time: EventTime, now: SystemTime) -> AgeOutcome {
+        let (ms, attrs) = match event_time {
+            EventTime::Record(RecordTimestamp::CreateTime(ms)) if ms >= 0 => (ms, &self.age_create),
+            EventTime::Record(RecordTimestamp::LogAppendTime(ms)) if ms >= 0 => {
+                (ms, &self.age_append)
+            }
+            EventTime::Header(ms) if ms >= 0 => (ms, &self.age_header),
+            _ => {
+                self.i.timestamp_missing.add(1, &self.base);
+                return AgeOutcome::Missing;
+            }
+        };
+        let outcome = event_age(ms, now);
+        match outcome {
+            AgeOutcome::Recorded(age) => self.i.event_age.record(age, attrs),
+            AgeOutcome::ClockSkew => {
+                self.i.event_age.record(0.0, attrs);
+                self.i.clock_skew.add(1, &self.base);
+            }
+            AgeOutcome::Missing => self.i.timestamp_missing.add(1, &self.base),
+        }
+        outcome
+    }
+}
+
+/// Parses an event-time header value: ASCII decimal milliseconds since the
+/// epoch, or 8 bytes big-endian.
+pub(crate) fn parse_event_time_header(value: &[u8]) -> Option<i64> {
+    if let Ok(s) = std::str::from_utf8(value)
+        && let Ok(ms) = s.trim().parse::<i64>()
+    {
+        return (ms >= 0).then_some(ms);
+    }
+    let bytes: [u8; 8] = value.try_into().ok()?;
+    let ms = i64::from_be_bytes(bytes);
+    (ms >= 0).then_some(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn age_is_now_minus_event_time() {
+        let now = UNIX_EPOCH + Duration::from_millis(10_000);
+        assert_eq!(event_age(7_500, now), AgeOutcome::Recorded(2.5));
+        assert_eq!(event_age(10_000, now), AgeOutcome::Recorded(0.0));
+        assert_eq!(event_age(10_001, now), AgeOutcome::ClockSkew);
+    }
+
+    #[test]
+    fn event_time_header_formats() {
+        assert_eq!(parse_event_time_header(b"1700000000000"), Some(1_700_000_000_000));
+        assert_eq!(
+            parse_event_time_header(&1_700_000_000_000i64.to_be_bytes()),
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(parse_event_time_header(b"-5"), None);
+        assert_eq!(parse_event_time_header(b"soon"), None);
+    }
+
+    #[test]
+    fn boundaries_cover_ms_to_a_week_and_are_sorted() {
+        assert!(EVENT_AGE_BOUNDARIES.windows(2).all(|w| w[0] < w[1]));
+        assert!(DURATION_BOUNDARIES.windows(2).all(|w| w[0] < w[1]));
+        assert!(EVENT_AGE_BOUNDARIES[0] <= 0.001);
+        assert!(*EVENT_AGE_BOUNDARIES.last().unwrap() >= 7.0 * 86_400.0);
+        assert!(*DURATION_BOUNDARIES.last().unwrap() >= 300.0);
+        // The test ages of the over-the-wire test land in five different buckets.
+        let bucket = |v: f64| EVENT_AGE_BOUNDARIES.iter().position(|&b| v <= b);
+        let b: Vec<_> = [0.05, 0.2, 0.9, 3.0, 120.0].map(bucket).to_vec();
+        let mut d = b.clone();
+        d.dedup();
+        assert_eq!(b.len(), d.len());
+    }
+}

@@ -1,0 +1,82 @@
+//! # fresh-consumer
+//!
+//! A Kafka consumer that measures **freshness**, not just offset lag.
+//!
+//! Offset lag answers "how many records are waiting"; an outage is about "how
+//! late are they". `fresh-consumer` wraps rdkafka's `StreamConsumer`, runs
+//! your async handler once per record, and only **after the handler
+//! succeeded** records the record's event age (now minus its timestamp) in an
+//! OpenTelemetry histogram. Offsets are committed manually and only past work
+//! that succeeded (at-least-once; auto-commit is refused).
+//!
+//! ```no_run
+//! use fresh_consumer::{FreshConsumer, Record};
+//!
+//! async fn handle(record: Record) -> Result<(), std::io::Error> {
+//!     // ... do the work; return Err to have the record retried ...
+//!     let _ = record.payload();
+//!     Ok(())
+//! }
+//!
+//! # async fn run() -> Result<(), fresh_consumer::RunError> {
+//! let summary = FreshConsumer::new(handle)
+//!     .bootstrap_servers("localhost:9092")
+//!     .group_id("billing")
+//!     .topics(["payments"])
+//!     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+//!     .await?;
+//! for (tp, offset) in &summary.committed {
+//!     println!("{}:{} committed at {offset}", tp.topic, tp.partition);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## The data path
+//! poll (one task on your runtime) -> dispatch into a bounded buffer per
+//! partition -> one worker task per partition runs the handler in offset order
+//! -> completion tracking -> a committer thread commits the next offset after
+//! the contiguous run of succeeded records.
+//!
+//! - **Ordering**: records of one partition are handled one at a time, in
+//!   offset order; partitions run concurrently.
+//! - **Backpressure**: a partition whose buffer is full is paused and resumed
+//!   when it drains, so memory stays bounded and the poll loop keeps polling.
+//! - **Failures**: a failing (or panicking) handler is retried in place with
+//!   exponential backoff; nothing after it in its partition is committed.
+//! - **Rebalances**: on revoke, running handlers get
+//!   [`revoke_timeout`](FreshConsumer::revoke_timeout), completed offsets are
+//!   committed synchronously, and the partition is never committed again by
+//!   this member. A lost assignment commits nothing.
+//! - **Shutdown**: bounded by [`shutdown_timeout`](FreshConsumer::shutdown_timeout),
+//!   even with the broker down.
+//!
+//! Metric names, units and attributes are in [`metrics`].
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod commit;
+mod config;
+mod consumer;
+mod context;
+mod error;
+mod export;
+mod handler;
+mod instruments;
+pub mod metrics;
+mod partition;
+mod record;
+mod shared;
+mod summary;
+mod tracker;
+mod watchdog;
+
+pub use config::{
+    DEFAULT_COMMIT_BATCH_RECORDS, DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_BUFFERED_RECORDS,
+    DEFAULT_POLL_WARNING_RATIO, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
+    DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT, FreshConsumer,
+};
+pub use consumer::IDLE_POLL_TICK;
+pub use error::{ConfigError, RunError};
+pub use handler::{BoxError, Handler};
+pub use record::{Header, Record, RecordTimestamp};
+pub use summary::{RunSummary, TopicPartition};

@@ -1,0 +1,152 @@
+//! Metric and attribute names, with their instruments, units and attributes.
+//!
+//! Names follow OpenTelemetry's semantic conventions for messaging where they
+//! define a metric (`messaging.*`); the library's own metrics live under
+//! `fresh_consumer.`. Units are UCUM (`s`, `{message}`). Every attribute set is
+//! built once per assigned partition, never per record, and never carries a
+//! key, an offset or error text.
+//!
+//! Common attributes ("partition attributes" below):
+//! [`MESSAGING_SYSTEM`] = `kafka`, [`MESSAGING_DESTINATION_NAME`] (topic),
+//! [`MESSAGING_DESTINATION_PARTITION_ID`] (partition number as a string),
+//! [`MESSAGING_CONSUMER_GROUP_NAME`] (`group.id`).
+
+/// Event age: now minus the record's event time, recorded once per record
+/// **after its handler succeeded**.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | partition attributes, [`TIMESTAMP_TYPE`] |
+///
+/// The event time is the Kafka record timestamp (`CreateTime` or
+/// `LogAppendTime`), or the header named by
+/// [`FreshConsumer::event_time_header`](crate::FreshConsumer::event_time_header).
+/// The clock is the consumer host's wall clock (`SystemTime::now`). Records
+/// without a usable timestamp are counted in [`EVENT_TIMESTAMP_MISSING`]
+/// instead; records stamped in the future record 0 and count in
+/// [`EVENT_CLOCK_SKEW`]. Bucket boundaries: [`EVENT_AGE_BOUNDARIES`].
+pub const EVENT_AGE: &str = "fresh_consumer.event.age";
+
+/// Duration of one handler attempt (semantic convention
+/// `messaging.process.duration`).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `process`, [`MESSAGING_OPERATION_TYPE`] = `process`, [`ERROR_TYPE`] on failure |
+///
+/// Recorded for every attempt, failed ones included. Boundaries:
+/// [`DURATION_BOUNDARIES`].
+pub const PROCESS_DURATION: &str = "messaging.process.duration";
+
+/// Records received from Kafka (semantic convention
+/// `messaging.client.consumed.messages`).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `poll`, [`MESSAGING_OPERATION_TYPE`] = `receive` |
+///
+/// Counted when the poll loop takes a record from librdkafka, before its
+/// handler runs. A record redelivered after a rebalance counts again.
+pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
+
+/// Duration of a batch: the run of one partition's records handled back to
+/// back, from the first handler start to the last completion, ending when the
+/// partition's buffer is empty.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | partition attributes |
+pub const BATCH_DURATION: &str = "fresh_consumer.batch.duration";
+
+/// Gap between two polls of librdkafka by the library's poll loop.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+///
+/// The loop polls at least every [`IDLE_POLL_TICK`](crate::IDLE_POLL_TICK) even
+/// on an idle topic, so a long gap means the loop could not run: a handler
+/// blocking the async runtime, a long revoke, CPU starvation. Gaps below 1 ms
+/// (back-to-back polls while records flow) are not recorded.
+pub const POLL_INTERVAL: &str = "fresh_consumer.poll.interval";
+
+/// Poll-interval warnings: a gap crossed
+/// [`poll_warning_ratio`](crate::FreshConsumer::poll_warning_ratio) x
+/// `max.poll.interval.ms`. Counted once per crossing, while the gap is still
+/// open (a watchdog thread checks it), so it fires before librdkafka leaves
+/// the group.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{warning}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+pub const POLL_INTERVAL_WARNINGS: &str = "fresh_consumer.poll.interval.warnings";
+
+/// librdkafka reported `max.poll.interval.ms` exceeded
+/// (`RD_KAFKA_RESP_ERR__MAX_POLL_EXCEEDED`): the member left the group and its
+/// partitions were lost. Counted once per event (librdkafka reports it both as
+/// an error event and as a consume error).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{event}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+pub const POLL_INTERVAL_EXCEEDED: &str = "fresh_consumer.poll.interval.exceeded";
+
+/// Duration of a client operation (semantic convention
+/// `messaging.client.operation.duration`); here every offset commit.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`MESSAGING_OPERATION_NAME`] = `commit`, [`MESSAGING_OPERATION_TYPE`] = `settle`, [`ERROR_TYPE`] on failure (the Kafka error code name, for example `NOT_COORDINATOR`) |
+pub const CLIENT_OPERATION_DURATION: &str = "messaging.client.operation.duration";
+
+/// Succeeded records with no usable event time (no timestamp, a negative
+/// one, or a missing or unparsable event-time header). Not put in the
+/// [`EVENT_AGE`] histogram.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missing";
+
+/// Succeeded records whose event time is later than the consumer's clock.
+/// Their age is recorded as 0 in [`EVENT_AGE`].
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const EVENT_CLOCK_SKEW: &str = "fresh_consumer.event.clock_skew";
+
+/// Attribute `messaging.system`: always `kafka`.
+pub const MESSAGING_SYSTEM: &str = "messaging.system";
+/// Attribute `messaging.destination.name`: the topic.
+pub const MESSAGING_DESTINATION_NAME: &str = "messaging.destination.name";
+/// Attribute `messaging.destination.partition.id`: the partition number, as a string.
+pub const MESSAGING_DESTINATION_PARTITION_ID: &str = "messaging.destination.partition.id";
+/// Attribute `messaging.consumer.group.name`: the consumer group (`group.id`).
+pub const MESSAGING_CONSUMER_GROUP_NAME: &str = "messaging.consumer.group.name";
+/// Attribute `messaging.operation.name`: `process`, `poll` or `commit`.
+pub const MESSAGING_OPERATION_NAME: &str = "messaging.operation.name";
+/// Attribute `messaging.operation.type`: `process`, `receive` or `settle`.
+pub const MESSAGING_OPERATION_TYPE: &str = "messaging.operation.type";
+/// Attribute `error.type`: a low-cardinality failure class. For handler
+/// attempts `handler_error` or `panic`; for commits the Kafka error code name.
+pub const ERROR_TYPE: &str = "error.type";
+/// Attribute `fresh_consumer.timestamp.type`: where the event time came from:
+/// `create_time`, `log_append_time` or `header`.
+pub const TIMESTAMP_TYPE: &str = "fresh_consumer.timestamp.type";
+
+/// Explicit bucket boundaries of [`EVENT_AGE`], in seconds: from 1 ms to
+/// 14 days, so week-old ages from replays and long outages still resolve.
+pub const EVENT_AGE_BOUNDARIES: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 21_600.0, 43_200.0, 86_400.0, 172_800.0,
+    604_800.0, 1_209_600.0,
+];
+
+/// Explicit bucket boundaries of the duration histograms
+/// ([`PROCESS_DURATION`], [`BATCH_DURATION`], [`POLL_INTERVAL`],
+/// [`CLIENT_OPERATION_DURATION`]), in seconds: 1 ms to 10 min.
+pub const DURATION_BOUNDARIES: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0,
+];

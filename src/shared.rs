@@ -1,0 +1,209 @@
+//! State shared by the poll loop, the partition workers, the committer thread,
+//! the watchdog and librdkafka's callbacks.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::commit::CommitCmd;
+use crate::instruments::Instruments;
+use crate::partition::{PartitionState, backoff};
+use crate::summary::TopicPartition;
+use crate::watchdog::PollClock;
+
+/// Messages from workers to the poll loop.
+pub(crate) enum Ctrl {
+    /// A paused partition's buffer drained to half: refill it and resume.
+    Drained(Arc<PartitionState>),
+}
+
+/// Key of the partition map.
+pub(crate) type PartitionKey = (Arc<str>, i32);
+
+pub(crate) struct Shared {
+    pub(crate) group_id: String,
+    pub(crate) max_buffered_records: usize,
+    pub(crate) commit_batch_records: usize,
+    pub(crate) retry_initial_backoff: Duration,
+    pub(crate) retry_max_backoff: Duration,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) event_time_header: Option<String>,
+    pub(crate) runtime: Handle,
+    pub(crate) instruments: Instruments,
+    /// Cancelled when the consumer shuts down; every partition's stop token
+    /// is a child of it.
+    pub(crate) shutdown: CancellationToken,
+    /// Set once shutdown has committed its final offsets: callbacks during
+    /// the close (a last revoke) must not commit or wait.
+    pub(crate) closing: AtomicBool,
+    /// Assigned partitions.
+    partitions: Mutex<BTreeMap<PartitionKey, Arc<PartitionState>>>,
+    /// Bumped on every assignment change, so the poll loop refreshes its cache.
+    pub(crate) epoch: AtomicU64,
+    /// Held while a commit's offsets are gathered and sent, and while a
+    /// revoke marks partitions revoked: no commit that starts after a revoke
+    /// can name the revoked partitions.
+    pub(crate) commit_gate: Mutex<()>,
+    pub(crate) commit_tx: std::sync::mpsc::Sender<CommitCmd>,
+    completed_since_commit: AtomicUsize,
+    pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
+    pub(crate) counters: Counters,
+    /// The last offset committed per partition, for the run summary.
+    pub(crate) committed: Mutex<BTreeMap<TopicPartition, i64>>,
+    pub(crate) poll_clock: PollClock,
+}
+
+/// Run counters, for the summary.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) received: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) failed_attempts: AtomicU64,
+    pub(crate) late_completions: AtomicU64,
+    pub(crate) unassigned: AtomicU64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) commit_failures: AtomicU64,
+    pub(crate) rebalances: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn succeeded(&self) {
+        self.succeeded.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn failed_attempt(&self) {
+        self.failed_attempts.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn late_completion(&self) {
+        self.late_completions.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) struct SharedInit {
+    pub(crate) group_id: String,
+    pub(crate) max_buffered_records: usize,
+    pub(crate) commit_batch_records: usize,
+    pub(crate) retry_initial_backoff: Duration,
+    pub(crate) retry_max_backoff: Duration,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) event_time_header: Option<String>,
+    pub(crate) runtime: Handle,
+    pub(crate) instruments: Instruments,
+    pub(crate) commit_tx: std::sync::mpsc::Sender<CommitCmd>,
+    pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
+    pub(crate) poll_clock: PollClock,
+}
+
+impl Shared {
+    pub(crate) fn new(i: SharedInit) -> Self {
+        Shared {
+            group_id: i.group_id,
+            max_buffered_records: i.max_buffered_records,
+            commit_batch_records: i.commit_batch_records,
+            retry_initial_backoff: i.retry_initial_backoff,
+            retry_max_backoff: i.retry_max_backoff,
+            revoke_timeout: i.revoke_timeout,
+            event_time_header: i.event_time_header,
+            runtime: i.runtime,
+            instruments: i.instruments,
+            shutdown: CancellationToken::new(),
+            closing: AtomicBool::new(false),
+            partitions: Mutex::new(BTreeMap::new()),
+            epoch: AtomicU64::new(0),
+            commit_gate: Mutex::new(()),
+            commit_tx: i.commit_tx,
+            completed_since_commit: AtomicUsize::new(0),
+            ctrl_tx: i.ctrl_tx,
+            counters: Counters::default(),
+            committed: Mutex::new(BTreeMap::new()),
+            poll_clock: i.poll_clock,
+        }
+    }
+
+    pub(crate) fn partitions(&self) -> MutexGuard<'_, BTreeMap<PartitionKey, Arc<PartitionState>>> {
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A snapshot of the assigned partitions.
+    pub(crate) fn assigned(&self) -> Vec<Arc<PartitionState>> {
+        self.partitions().values().cloned().collect()
+    }
+
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
+        backoff(self.retry_initial_backoff, self.retry_max_backoff, attempt)
+    }
+
+    /// Counts a completion towards the count-triggered commit.
+    pub(crate) fn record_completed(&self) {
+        let n = self.completed_since_commit.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == self.commit_batch_records {
+            let _ = self.commit_tx.send(CommitCmd::Now);
+        }
+    }
+
+    pub(crate) fn reset_completed(&self) {
+        self.completed_since_commit.store(0, Ordering::Relaxed);
+    }
+
+    /// Adds newly assigned partitions (spawning their workers is the caller's).
+    pub(crate) fn insert(&self, state: Arc<PartitionState>) {
+        let key = (Arc::clone(&state.topic), state.partition);
+        let old = self.partitions().insert(key, state);
+        if let Some(old) = old {
+            old.revoked.store(true, Ordering::Release);
+            old.stop.cancel();
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Marks partitions revoked and forgets them. Takes the commit gate (for
+    /// at most `gate_wait`) so no commit that starts afterwards names them.
+    pub(crate) fn remove(&self, states: &[Arc<PartitionState>], gate_wait: Duration) {
+        let deadline = Instant::now() + gate_wait;
+        let gate = loop {
+            match self.commit_gate.try_lock() {
+                Ok(g) => break Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => break Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
+        if gate.is_none() {
+            tracing::warn!(
+                "a commit is still in flight while partitions are revoked; it was sent before the revoke"
+            );
+        }
+        let mut map = self.partitions();
+        for s in states {
+            s.revoked.store(true, Ordering::Release);
+            s.stop.cancel();
+            let key = (Arc::clone(&s.topic), s.partition);
+            if map.get(&key).is_some_and(|cur| Arc::ptr_eq(cur, s)) {
+                map.remove(&key);
+            }
+        }
+        drop(map);
+        drop(gate);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records a successful commit of `offset` for the summary.
+    pub(crate) fn note_committed(&self, topic: &str, partition: i32, offset: i64) {
+        self.committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                TopicPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                },
+                offset,
+            );
+    }
+}

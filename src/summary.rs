@@ -1,0 +1,44 @@
+//! What a run did, returned when the consumer stops.
+
+use std::collections::BTreeMap;
+
+/// A topic and partition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    /// The topic name.
+    pub topic: String,
+    /// The partition number.
+    pub partition: i32,
+}
+
+/// What a run did, returned by [`FreshConsumer::run_until`](crate::FreshConsumer::run_until).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// Records taken from librdkafka (redeliveries after a rebalance count again).
+    pub records_received: u64,
+    /// Records whose handler succeeded.
+    pub records_succeeded: u64,
+    /// Handler attempts that failed (returned `Err` or panicked).
+    pub failed_attempts: u64,
+    /// Handlers that succeeded after their partition was revoked: their
+    /// results were dropped and the records are redelivered to the new owner.
+    pub late_completions: u64,
+    /// Records received for a partition no longer assigned (fetched before a
+    /// revoke); dropped uncommitted, so they are redelivered.
+    pub records_unassigned: u64,
+    /// Successful offset commits (each may cover several partitions).
+    pub commits: u64,
+    /// Failed offset commits; their offsets were committed again later, or
+    /// were left to be redelivered.
+    pub commit_failures: u64,
+    /// Rebalance events seen (assignments, revocations, losses).
+    pub rebalances: u64,
+    /// The last offset this member committed per partition: the next offset
+    /// to read (Kafka's committed offset), so all records below it are done.
+    pub committed: BTreeMap<TopicPartition, i64>,
+    /// `true` when shutdown hit [`shutdown_timeout`](crate::FreshConsumer::shutdown_timeout)
+    /// before every step finished (handlers, final commit, metric flush,
+    /// leaving the group).
+    pub shutdown_timed_out: bool,
+}

@@ -1,0 +1,163 @@
+//! Completion tracking: which offset of a partition may be committed.
+//!
+//! Kafka's committed offset means "every record before this offset is done". A
+//! record may complete out of order (a later record of the same partition may
+//! finish before an earlier one under key-ordered concurrency, or an earlier
+//! one may be retrying), so the committable offset is the one after the
+//! highest *contiguous* run of completed records, counted over the records
+//! that were actually delivered (offsets may have gaps: compaction and
+//! transaction markers leave holes that are never delivered).
+
+use std::collections::VecDeque;
+
+/// Tracks delivered and completed offsets of one partition.
+///
+/// Offsets must be delivered in increasing order ([`OffsetTracker::delivered`]);
+/// completions may arrive in any order. [`OffsetTracker::committable`] is the
+/// next offset to read after the contiguous completed prefix, or `None` before
+/// any record completed.
+#[derive(Debug, Default)]
+pub(crate) struct OffsetTracker {
+    /// Delivered records not yet part of the completed prefix, in offset
+    /// order: `(offset, completed)`.
+    pending: VecDeque<(i64, bool)>,
+    /// Next offset to read after the completed prefix.
+    committable: Option<i64>,
+}
+
+impl OffsetTracker {
+    /// Registers a record delivered to a handler. Offsets at or below the last
+    /// delivered one are ignored (a redelivery after a seek is tracked once).
+    pub(crate) fn delivered(&mut self, offset: i64) {
+        let last = self
+            .pending
+            .back()
+            .map(|&(o, _)| o)
+            .or(self.committable.map(|c| c - 1));
+        if last.is_none_or(|last| offset > last) {
+            self.pending.push_back((offset, false));
+        }
+    }
+
+    /// Marks a delivered record completed (succeeded, or durably parked).
+    /// Returns `true` when the committable offset advanced.
+    pub(crate) fn completed(&mut self, offset: i64) -> bool {
+        match self.pending.binary_search_by_key(&offset, |&(o, _)| o) {
+            Ok(i) => self.pending[i].1 = true,
+            Err(_) => return false,
+        }
+        let mut advanced = false;
+        while let Some(&(o, true)) = self.pending.front() {
+            self.pending.pop_front();
+            self.committable = Some(o + 1);
+            advanced = true;
+        }
+        advanced
+    }
+
+    /// The next offset to read after the contiguous run of completed records:
+    /// the offset to commit. `None` until the first delivered record completes.
+    pub(crate) fn committable(&self) -> Option<i64> {
+        self.committable
+    }
+
+    /// The lowest delivered offset that has not completed yet (the head of
+    /// the line), if any.
+    pub(crate) fn head(&self) -> Option<i64> {
+        self.pending.iter().find(|&&(_, done)| !done).map(|&(o, _)| o)
+    }
+
+    /// Number of delivered records not yet in the completed prefix.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetTracker;
+
+    #[test]
+    fn out_of_order_completion_is_never_committed_past() {
+        let mut t = OffsetTracker::default();
+        for o in 0..4 {
+            t.delivered(o);
+        }
+        assert!(!t.completed(1));
+        assert!(!t.completed(2));
+        assert!(!t.completed(3));
+        assert_eq!(t.committable(), None, "nothing may be committed past 0");
+        assert_eq!(t.head(), Some(0));
+        assert!(t.completed(0));
+        assert_eq!(t.committable(), Some(4));
+        assert_eq!(t.outstanding(), 0);
+        assert_eq!(t.head(), None);
+    }
+
+    #[test]
+    fn in_order_completion_advances_one_by_one() {
+        let mut t = OffsetTracker::default();
+        for o in 10..13 {
+            t.delivered(o);
+            assert!(t.completed(o));
+            assert_eq!(t.committable(), Some(o + 1));
+        }
+    }
+
+    #[test]
+    fn gaps_in_offsets_are_contiguous_over_delivered_records() {
+        // Compaction or transaction markers: offsets 5 and 6 are never delivered.
+        let mut t = OffsetTracker::default();
+        t.delivered(4);
+        t.delivered(7);
+        t.delivered(8);
+        t.completed(7);
+        assert_eq!(t.committable(), None);
+        t.completed(4);
+        assert_eq!(t.committable(), Some(8));
+        t.completed(8);
+        assert_eq!(t.committable(), Some(9));
+    }
+
+    #[test]
+    fn a_failed_record_holds_the_commit_until_it_succeeds() {
+        let mut t = OffsetTracker::default();
+        for o in 0..5 {
+            t.delivered(o);
+        }
+        t.completed(0);
+        t.completed(1);
+        // Offset 2 fails; 3 and 4 would only complete after it in partition order,
+        // but even if they completed, the commit must stay at 2.
+        t.completed(3);
+        t.completed(4);
+        assert_eq!(t.committable(), Some(2));
+        t.completed(2);
+        assert_eq!(t.committable(), Some(5));
+    }
+
+    #[test]
+    fn unknown_or_repeated_completions_are_ignored() {
+        let mut t = OffsetTracker::default();
+        t.delivered(0);
+        assert!(!t.completed(7));
+        assert!(t.completed(0));
+        assert!(!t.completed(0));
+        assert_eq!(t.committable(), Some(1));
+    }
+
+    #[test]
+    fn redelivery_of_an_older_offset_is_tracked_once() {
+        let mut t = OffsetTracker::default();
+        t.delivered(0);
+        t.delivered(1);
+        t.delivered(1);
+        t.delivered(0);
+        assert_eq!(t.outstanding(), 2);
+        t.completed(0);
+        t.completed(1);
+        t.delivered(1);
+        assert_eq!(t.outstanding(), 0);
+        assert_eq!(t.committable(), Some(2));
+    }
+}

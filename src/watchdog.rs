@@ -1,0 +1,96 @@
+//! The poll-interval watchdog: a thread that watches the gap since the poll
+//! loop last polled librdkafka, and warns while the gap is still open.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::instruments::Instruments;
+use crate::shared::Shared;
+
+/// When the poll loop last polled librdkafka.
+pub(crate) struct PollClock {
+    origin: Instant,
+    /// Nanoseconds since `origin` of the last poll.
+    last_poll: AtomicU64,
+    /// A warning was counted for the current gap.
+    warned: AtomicBool,
+    /// The loop stopped polling on purpose (shutdown): no warnings.
+    suspended: AtomicBool,
+}
+
+/// Gaps below this are not recorded in the poll-interval histogram.
+const MIN_RECORDED_GAP: Duration = Duration::from_millis(1);
+
+impl PollClock {
+    pub(crate) fn new() -> Self {
+        PollClock {
+            origin: Instant::now(),
+            last_poll: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+            suspended: AtomicBool::new(false),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// Called by the poll loop right before each poll. Returns the gap since
+    /// the previous poll.
+    pub(crate) fn polled(&self, instruments: &Instruments) -> Duration {
+        let now = self.now_ns();
+        let prev = self.last_poll.swap(now, Ordering::AcqRel);
+        let gap = Duration::from_nanos(now.saturating_sub(prev));
+        if gap >= MIN_RECORDED_GAP {
+            instruments.poll_interval(gap);
+        }
+        self.warned.store(false, Ordering::Release);
+        gap
+    }
+
+    /// The gap since the last poll.
+    pub(crate) fn gap(&self) -> Duration {
+        Duration::from_nanos(
+            self.now_ns()
+                .saturating_sub(self.last_poll.load(Ordering::Acquire)),
+        )
+    }
+
+    pub(crate) fn suspend(&self) {
+        self.suspended.store(true, Ordering::Release);
+    }
+}
+
+/// Starts the watchdog thread. It stops when `stop` is set.
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    threshold: Duration,
+    max_poll_interval: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let check = (threshold / 20).clamp(Duration::from_millis(5), Duration::from_millis(250));
+    std::thread::Builder::new()
+        .name("fresh-consumer-watchdog".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park_timeout(check);
+                let c = &shared.poll_clock;
+                if c.suspended.load(Ordering::Acquire) {
+                    continue;
+                }
+                let gap = c.gap();
+                if gap >= threshold && !c.warned.swap(true, Ordering::AcqRel) {
+                    shared.instruments.poll_warning();
+                    tracing::warn!(
+                        gap = ?gap,
+                        max_poll_interval_ms = max_poll_interval.as_millis() as u64,
+                        "the poll loop has not polled librdkafka for {:.1} s ({:.0} % of max.poll.interval.ms): is a handler blocking the async runtime? past 100 % the member leaves the group",
+                        gap.as_secs_f64(),
+                        100.0 * gap.as_secs_f64() / max_poll_interval.as_secs_f64(),
+                    );
+                }
+            }
+        })
+}
+

@@ -1,0 +1,144 @@
+//! The engine on a Kafka broker (the mock cluster, or a real one through
+//! `FRESH_CONSUMER_TEST_BOOTSTRAP`): commits only past success, ordering,
+//! restarts.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fresh_consumer::{Record, TopicPartition};
+use support::kafka::{TestCluster, init_logs, unique, wait_until};
+use tokio_util::sync::CancellationToken;
+
+type Seen = Arc<Mutex<Vec<(i32, i64)>>>;
+
+fn recorder(seen: &Seen) -> impl Fn(Record) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static {
+    let seen = Arc::clone(seen);
+    move |r: Record| {
+        seen.lock().unwrap().push((r.partition(), r.offset()));
+        std::future::ready(Ok(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_resumes_from_the_committed_offset() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("restart", 1).await;
+    let group = unique("g-restart");
+    for i in 0..3 {
+        cluster.produce(&topic, 0, "k", &format!("v{i}"), None).await;
+    }
+
+    let seen: Seen = Arc::default();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, recorder(&seen))
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    wait_until(Duration::from_secs(20), "3 records handled", || async {
+        seen.lock().unwrap().len() == 3
+    })
+    .await;
+    stop.cancel();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.records_succeeded, 3);
+    assert_eq!(
+        summary.committed.get(&TopicPartition {
+            topic: topic.clone(),
+            partition: 0
+        }),
+        Some(&3)
+    );
+    assert_eq!(cluster.committed(&group, &topic, 1).await, vec![3]);
+
+    // A new consumer in the same group starts at offset 3: it sees the fourth
+    // record and none of the first three.
+    let seen2: Seen = Arc::default();
+    let stop2 = CancellationToken::new();
+    let run2 = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, recorder(&seen2))
+            .run_until(stop2.clone().cancelled_owned()),
+    );
+    cluster.produce(&topic, 0, "k", "v3", None).await;
+    wait_until(Duration::from_secs(20), "the fourth record", || async {
+        !seen2.lock().unwrap().is_empty()
+    })
+    .await;
+    stop2.cancel();
+    let summary2 = run2.await.unwrap().unwrap();
+    assert_eq!(*seen2.lock().unwrap(), vec![(0, 3)]);
+    assert_eq!(summary2.records_succeeded, 1);
+    assert_eq!(cluster.committed(&group, &topic, 1).await, vec![4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_record_holds_the_commit_until_it_succeeds() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("fail2", 1).await;
+    let group = unique("g-fail2");
+    for i in 0..5 {
+        cluster.produce(&topic, 0, "k", &format!("v{i}"), None).await;
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let attempts: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let succeeded: Seen = Arc::default();
+    let handler = {
+        let (failing, attempts, succeeded) =
+            (Arc::clone(&failing), Arc::clone(&attempts), Arc::clone(&succeeded));
+        move |r: Record| {
+            let (failing, attempts, succeeded) =
+                (Arc::clone(&failing), Arc::clone(&attempts), Arc::clone(&succeeded));
+            async move {
+                *attempts.lock().unwrap().entry(r.offset()).or_default() += 1;
+                if r.offset() == 2 && failing.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(std::io::Error::other("downstream unavailable"));
+                }
+                succeeded.lock().unwrap().push((r.partition(), r.offset()));
+                Ok(())
+            }
+        }
+    };
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, handler)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    wait_until(Duration::from_secs(20), "offset 2 failing repeatedly", || async {
+        attempts.lock().unwrap().get(&2).copied().unwrap_or(0) >= 5
+    })
+    .await;
+    wait_until(Duration::from_secs(10), "offsets 0 and 1 committed", || async {
+        cluster.committed(&group, &topic, 1).await == vec![2]
+    })
+    .await;
+    // Several commit intervals later, still nothing past the failing record.
+    let before = attempts.lock().unwrap().get(&2).copied().unwrap();
+    wait_until(Duration::from_secs(10), "more failed attempts", || async {
+        attempts.lock().unwrap().get(&2).copied().unwrap() >= before + 2
+    })
+    .await;
+    assert_eq!(cluster.committed(&group, &topic, 1).await, vec![2]);
+    assert!(!attempts.lock().unwrap().contains_key(&3), "offset 3 ran before 2 succeeded");
+
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_until(Duration::from_secs(20), "committed offset reaches 5", || async {
+        cluster.committed(&group, &topic, 1).await == vec![5]
+    })
+    .await;
+    stop.cancel();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(
+        *succeeded.lock().unwrap(),
+        (0..5).map(|o| (0, o)).collect::<Vec<_>>(),
+        "every offset succeeded exactly once, in order"
+    );
+    assert_eq!(summary.records_received, 5, "all five were fetched");
+    assert!(summary.failed_attempts >= 7);
+}

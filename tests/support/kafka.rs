@@ -1,0 +1,293 @@
+//! A Kafka cluster for integration tests: librdkafka's in-process mock broker
+//! by default, or a real cluster when `FRESH_CONSUMER_TEST_BOOTSTRAP` names
+//! its bootstrap servers. Tests that need fault injection call
+//! [`TestCluster::mock`] and skip when it returns `None`.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fresh_consumer::{FreshConsumer, Handler};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{
+    BaseProducer, DefaultProducerContext, FutureProducer, FutureRecord, Producer,
+};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The environment variable naming a real cluster's bootstrap servers.
+pub const BOOTSTRAP_ENV: &str = "FRESH_CONSUMER_TEST_BOOTSTRAP";
+
+pub struct TestCluster {
+    /// Owns the mock cluster (`None` on a real cluster).
+    owner: Option<BaseProducer>,
+    producer: FutureProducer,
+    bootstrap: String,
+    real: bool,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name unique to this process and call.
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{prefix}-{}-{t}-{n}", std::process::id())
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+impl TestCluster {
+    /// Starts a mock cluster with `brokers` brokers, or connects to the real
+    /// cluster named by [`BOOTSTRAP_ENV`].
+    pub fn start_with(brokers: i32) -> Self {
+        if let Ok(bootstrap) = std::env::var(BOOTSTRAP_ENV) {
+            let producer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("linger.ms", "5")
+                .create()
+                .expect("producer for the real cluster");
+            return TestCluster {
+                owner: None,
+                producer,
+                bootstrap,
+                real: true,
+            };
+        }
+        // This client owns the mock cluster: `test.mock.num.brokers` makes
+        // librdkafka start one in-process.
+        let owner: BaseProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", brokers.to_string())
+            .create()
+            .expect("mock cluster");
+        let bootstrap = owner
+            .client()
+            .mock_cluster()
+            .expect("mock cluster handle")
+            .bootstrap_servers();
+        unsafe {
+            let ptr = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+            // The first join otherwise waits group.initial.rebalance.delay.ms = 3 s.
+            rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(ptr, 0);
+        }
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "2")
+            .create()
+            .expect("producer");
+        TestCluster {
+            owner: Some(owner),
+            producer,
+            bootstrap,
+            real: false,
+        }
+    }
+
+    pub fn start() -> Self {
+        Self::start_with(1)
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.real
+    }
+
+    /// The mock cluster, for fault injection; `None` on a real cluster.
+    pub fn mock(&self) -> Option<MockCluster<'_, DefaultProducerContext>> {
+        self.owner.as_ref().and_then(|o| o.client().mock_cluster())
+    }
+
+    /// Creates a topic with a unique name and returns the name.
+    pub async fn topic(&self, prefix: &str, partitions: i32) -> String {
+        let name = unique(prefix);
+        if let Some(m) = self.mock() {
+            m.create_topic(&name, partitions, 1).expect("create topic");
+        } else {
+            let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+                .set("bootstrap.servers", &self.bootstrap)
+                .create()
+                .expect("admin client");
+            let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
+            let r = admin
+                .create_topics([&t], &AdminOptions::new())
+                .await
+                .expect("create topic");
+            for r in r {
+                r.expect("topic created");
+            }
+        }
+        name
+    }
+
+    pub fn producer(&self) -> &FutureProducer {
+        &self.producer
+    }
+
+    /// Produces one record and waits for its acknowledgement. Returns its offset.
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: &str,
+        payload: &str,
+        timestamp_ms: Option<i64>,
+    ) -> i64 {
+        let mut r = FutureRecord::to(topic)
+            .partition(partition)
+            .key(key)
+            .payload(payload);
+        if let Some(ts) = timestamp_ms {
+            r = r.timestamp(ts);
+        }
+        self.producer
+            .send(r, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce")
+            .offset
+    }
+
+    /// Produces `per_partition` records to each of `partitions` partitions
+    /// (payload `p{partition}-{i}`), all acknowledged on return.
+    pub async fn produce_many(&self, topic: &str, partitions: i32, per_partition: usize) {
+        let mut futures = Vec::with_capacity(per_partition * partitions as usize);
+        for p in 0..partitions {
+            for i in 0..per_partition {
+                let payload = format!("p{p}-{i}");
+                let key = format!("k{i}");
+                let r = FutureRecord::to(topic)
+                    .partition(p)
+                    .key(&key)
+                    .payload(&payload);
+                futures.push(
+                    self.producer
+                        .send_result(r)
+                        .map_err(|(e, _)| e)
+                        .expect("enqueue"),
+                );
+            }
+            if futures.len() > 50_000 {
+                for f in futures.drain(..) {
+                    f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+                }
+            }
+        }
+        for f in futures {
+            f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+        }
+    }
+
+    /// The group's committed offsets (next offset to read; -1001 when none)
+    /// for partitions `0..partitions`, read from the broker.
+    pub async fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let bootstrap = self.bootstrap.clone();
+        let group = group.to_owned();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", &group)
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("offset reader");
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..partitions {
+                tpl.add_partition(&topic, p);
+            }
+            let got = c
+                .committed_offsets(tpl, Duration::from_secs(10))
+                .expect("committed offsets");
+            (0..partitions)
+                .map(
+                    |p| match got.find_partition(&topic, p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => o,
+                        _ => -1001,
+                    },
+                )
+                .collect()
+        })
+        .await
+        .expect("offset reader task")
+    }
+
+    /// High watermarks of partitions `0..partitions`.
+    pub async fn high_watermarks(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let bootstrap = self.bootstrap.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .create()
+                .expect("watermark reader");
+            (0..partitions)
+                .map(|p| {
+                    c.fetch_watermarks(&topic, p, Duration::from_secs(10))
+                        .expect("watermarks")
+                        .1
+                })
+                .collect()
+        })
+        .await
+        .expect("watermark task")
+    }
+
+    /// A consumer with settings that keep tests fast on the mock broker.
+    pub fn consumer<H: Handler>(&self, group: &str, topic: &str, handler: H) -> FreshConsumer<H> {
+        FreshConsumer::new(handler)
+            .bootstrap_servers(self.bootstrap.clone())
+            .group_id(group)
+            .topics([topic])
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .set("fetch.wait.max.ms", "10")
+            .set("topic.metadata.refresh.interval.ms", "1000")
+            .commit_interval(Duration::from_millis(50))
+            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+            .revoke_timeout(Duration::from_secs(2))
+            .shutdown_timeout(Duration::from_secs(10))
+    }
+}
+
+/// Waits until `cond` holds, checking every 10 ms, or panics at the deadline.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Installs a test log subscriber once (RUST_LOG controls it).
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
