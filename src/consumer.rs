@@ -79,7 +79,6 @@ impl<H: Handler> FreshConsumer<H> {
         let (commit_tx, commit_rx) = std::sync::mpsc::channel();
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(SharedInit {
-            group_id: validated.group_id.clone(),
             max_buffered_records: settings.max_buffered_records,
             commit_batch_records: settings.commit_batch_records,
             retry_initial_backoff: settings.retry_initial_backoff,

@@ -63,6 +63,7 @@ mod export;
 mod handler;
 mod instruments;
 pub mod metrics;
+pub mod otlp;
 mod partition;
 mod record;
 mod shared;

@@ -26,7 +26,6 @@ pub(crate) enum Ctrl {
 pub(crate) type PartitionKey = (Arc<str>, i32);
 
 pub(crate) struct Shared {
-    pub(crate) group_id: String,
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
     pub(crate) retry_initial_backoff: Duration,
@@ -84,7 +83,6 @@ impl Counters {
 }
 
 pub(crate) struct SharedInit {
-    pub(crate) group_id: String,
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
     pub(crate) retry_initial_backoff: Duration,
@@ -101,7 +99,6 @@ pub(crate) struct SharedInit {
 impl Shared {
     pub(crate) fn new(i: SharedInit) -> Self {
         Shared {
-            group_id: i.group_id,
             max_buffered_records: i.max_buffered_records,
             commit_batch_records: i.commit_batch_records,
             retry_initial_backoff: i.retry_initial_backoff,

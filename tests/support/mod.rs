@@ -1,0 +1,2 @@
+pub mod kafka;
+pub mod otlp_receiver;

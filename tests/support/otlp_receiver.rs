@@ -1,0 +1,540 @@
+//! An in-process OTLP metrics receiver for integration tests.
+//!
+//! [`OtlpReceiver::start`] serves OTLP/gRPC and [`OtlpReceiver::start_http`]
+//! OTLP/HTTP+protobuf on `127.0.0.1:0`; both keep every
+//! `ExportMetricsServiceRequest` they receive. Waiting is always bounded:
+//! the `wait_*` methods poll every few milliseconds until their condition
+//! holds and panic with what was received when their timeout passes.
+//!
+//! The free functions read the parts of a [`Metric`] tests care about
+//! (data points, attributes as strings, histogram buckets, sum values).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    HistogramDataPoint, Metric, NumberDataPoint, metric, number_data_point,
+};
+use prost::Message;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// How often the `wait_*` methods look at what was received.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The transport a receiver serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies at `/v1/metrics`.
+    HttpProtobuf,
+}
+
+#[derive(Debug, Default)]
+struct Received {
+    requests: Vec<ExportMetricsServiceRequest>,
+    /// HTTP requests to any path other than `POST /v1/metrics`.
+    unexpected_http: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Received>>;
+
+/// A running receiver; it stops when dropped.
+pub struct OtlpReceiver {
+    transport: Transport,
+    addr: SocketAddr,
+    received: Shared,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct GrpcService {
+    received: Shared,
+}
+
+#[tonic::async_trait]
+impl MetricsService for GrpcService {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        lock(&self.received).requests.push(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+fn lock(received: &Shared) -> std::sync::MutexGuard<'_, Received> {
+    received
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl OtlpReceiver {
+    /// Starts an OTLP/gRPC receiver on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        let listener = bind().await;
+        let addr = listener.local_addr().expect("receiver address");
+        let received = Shared::default();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let service = MetricsServiceServer::new(GrpcService {
+            received: received.clone(),
+        });
+        tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                )
+                .await;
+            if let Err(error) = result {
+                eprintln!("otlp grpc receiver stopped: {error}");
+            }
+        });
+        OtlpReceiver {
+            transport: Transport::Grpc,
+            addr,
+            received,
+            stop: Some(stop),
+        }
+    }
+
+    /// Starts an OTLP/HTTP (protobuf) receiver on `127.0.0.1:0`, answering
+    /// `POST /v1/metrics`. Requests to other paths get a 404 and are listed by
+    /// [`OtlpReceiver::unexpected_http_requests`].
+    pub async fn start_http() -> Self {
+        let listener = bind().await;
+        let addr = listener.local_addr().expect("receiver address");
+        let received = Shared::default();
+        let (stop, stopped) = oneshot::channel::<()>();
+
+        let on_metrics = {
+            let received = received.clone();
+            move |body: axum::body::Bytes| {
+                let received = received.clone();
+                async move {
+                    match ExportMetricsServiceRequest::decode(body) {
+                        Ok(request) => {
+                            lock(&received).requests.push(request);
+                            let response = ExportMetricsServiceResponse::default().encode_to_vec();
+                            (
+                                axum::http::StatusCode::OK,
+                                [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")],
+                                response,
+                            )
+                        }
+                        Err(error) => {
+                            eprintln!("otlp http receiver: undecodable body: {error}");
+                            (
+                                axum::http::StatusCode::BAD_REQUEST,
+                                [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                                error.to_string().into_bytes(),
+                            )
+                        }
+                    }
+                }
+            }
+        };
+        let on_other = {
+            let received = received.clone();
+            move |method: axum::http::Method, uri: axum::http::Uri| {
+                let received = received.clone();
+                async move {
+                    lock(&received)
+                        .unexpected_http
+                        .push(format!("{method} {uri}"));
+                    axum::http::StatusCode::NOT_FOUND
+                }
+            }
+        };
+        let app = axum::Router::new()
+            .route("/v1/metrics", axum::routing::post(on_metrics))
+            .fallback(on_other);
+        tokio::spawn(async move {
+            let result = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(error) = result {
+                eprintln!("otlp http receiver stopped: {error}");
+            }
+        });
+        OtlpReceiver {
+            transport: Transport::HttpProtobuf,
+            addr,
+            received,
+            stop: Some(stop),
+        }
+    }
+
+    /// The transport this receiver serves.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`: the gRPC endpoint, or the HTTP base endpoint
+    /// (what `OTEL_EXPORTER_OTLP_ENDPOINT` would hold).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The full metrics endpoint to hand to an exporter: [`Self::endpoint`]
+    /// for gRPC, [`Self::endpoint`] + `/v1/metrics` for HTTP.
+    pub fn metrics_endpoint(&self) -> String {
+        match self.transport {
+            Transport::Grpc => self.endpoint(),
+            Transport::HttpProtobuf => format!("{}/v1/metrics", self.endpoint()),
+        }
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<ExportMetricsServiceRequest> {
+        lock(&self.received).requests.clone()
+    }
+
+    /// How many export requests were received.
+    pub fn request_count(&self) -> usize {
+        lock(&self.received).requests.len()
+    }
+
+    /// HTTP requests that did not go to `POST /v1/metrics` (`"METHOD uri"`).
+    pub fn unexpected_http_requests(&self) -> Vec<String> {
+        lock(&self.received).unexpected_http.clone()
+    }
+
+    /// Names of all metrics received so far, sorted and deduplicated.
+    pub fn metric_names(&self) -> Vec<String> {
+        let received = lock(&self.received);
+        let mut names: Vec<String> = received
+            .requests
+            .iter()
+            .flat_map(metrics_of)
+            .map(|(_, metric)| metric.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The most recently received version of metric `name`, if any.
+    pub fn latest_metric(&self, name: &str) -> Option<Metric> {
+        self.latest(name).map(|(_, metric)| metric)
+    }
+
+    /// The resource attributes (as strings) sent with the most recent export
+    /// containing metric `name`.
+    pub fn resource_attributes_of(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.latest(name).map(|(resource, _)| resource)
+    }
+
+    fn latest(&self, name: &str) -> Option<(BTreeMap<String, String>, Metric)> {
+        let received = lock(&self.received);
+        received.requests.iter().rev().find_map(|request| {
+            metrics_of(request)
+                .filter(|(_, metric)| metric.name == name)
+                .last()
+                .map(|(resource, metric)| (resource, metric.clone()))
+        })
+    }
+
+    /// Waits until metric `name` has arrived and returns its latest version.
+    ///
+    /// # Panics
+    ///
+    /// When it has not arrived within `timeout`, listing what did arrive.
+    pub async fn wait_for_metric(&self, name: &str, timeout: Duration) -> Metric {
+        self.wait_for_metric_matching(name, timeout, |_| true).await
+    }
+
+    /// Waits until the latest version of metric `name` satisfies `condition`
+    /// (e.g. a cumulative counter reached a value) and returns it.
+    ///
+    /// # Panics
+    ///
+    /// When that does not happen within `timeout`.
+    pub async fn wait_for_metric_matching(
+        &self,
+        name: &str,
+        timeout: Duration,
+        condition: impl Fn(&Metric) -> bool,
+    ) -> Metric {
+        let found = poll_until(timeout, || {
+            self.latest_metric(name).filter(|metric| condition(metric))
+        })
+        .await;
+        match found {
+            Some(metric) => metric,
+            None => panic!(
+                "metric {name:?} (matching the condition) not received within {timeout:?}; \
+                 latest version: {:?}; metrics received: {:?}; unexpected http requests: {:?}",
+                self.latest_metric(name),
+                self.metric_names(),
+                self.unexpected_http_requests(),
+            ),
+        }
+    }
+
+    /// Waits until `condition` holds for the requests received so far.
+    /// Returns whether it did before `timeout` passed (does not panic).
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        condition: impl Fn(&[ExportMetricsServiceRequest]) -> bool,
+    ) -> bool {
+        poll_until(timeout, || {
+            condition(&lock(&self.received).requests).then_some(())
+        })
+        .await
+        .is_some()
+    }
+}
+
+async fn bind() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the receiver to 127.0.0.1:0")
+}
+
+/// Polls `probe` every [`POLL_INTERVAL`] until it returns `Some` or `timeout`
+/// has passed (it is always tried at least once, and once more at the end).
+pub async fn poll_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return Some(value);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL_INTERVAL.min(deadline - now)).await;
+    }
+}
+
+/// Runs `future`, panicking if it takes longer than `timeout`: for steps that
+/// must not hang.
+pub async fn within<F: Future>(timeout: Duration, what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(timeout, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what} did not finish within {timeout:?}"),
+    }
+}
+
+/// Every metric in a request with its resource attributes.
+fn metrics_of(
+    request: &ExportMetricsServiceRequest,
+) -> impl Iterator<Item = (BTreeMap<String, String>, &Metric)> {
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|resource_metrics| {
+            let resource = resource_metrics
+                .resource
+                .as_ref()
+                .map(|resource| attributes(&resource.attributes))
+                .unwrap_or_default();
+            resource_metrics
+                .scope_metrics
+                .iter()
+                .flat_map(|scope| scope.metrics.iter())
+                .map(move |metric| (resource.clone(), metric))
+        })
+}
+
+/// Attributes as a sorted map of strings (ints, doubles and bools are
+/// formatted with `to_string`; other kinds with `{:?}`).
+pub fn attributes(attributes: &[KeyValue]) -> BTreeMap<String, String> {
+    attributes
+        .iter()
+        .map(|kv| {
+            let value = match kv.value.as_ref().and_then(|value| value.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                Some(any_value::Value::IntValue(i)) => i.to_string(),
+                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+                Some(any_value::Value::BoolValue(b)) => b.to_string(),
+                Some(other) => format!("{other:?}"),
+                None => String::new(),
+            };
+            (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+/// Builds an attribute map from pairs, to compare with [`attributes`].
+pub fn attrs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The kind of a metric's data: `"gauge"`, `"sum"`, `"histogram"`,
+/// `"exponential_histogram"`, `"summary"` or `"none"`.
+pub fn kind(metric: &Metric) -> &'static str {
+    match &metric.data {
+        Some(metric::Data::Gauge(_)) => "gauge",
+        Some(metric::Data::Sum(_)) => "sum",
+        Some(metric::Data::Histogram(_)) => "histogram",
+        Some(metric::Data::ExponentialHistogram(_)) => "exponential_histogram",
+        Some(metric::Data::Summary(_)) => "summary",
+        None => "none",
+    }
+}
+
+/// The value of a number data point as `f64` (ints converted).
+pub fn number_value(point: &NumberDataPoint) -> f64 {
+    match point.value {
+        Some(number_data_point::Value::AsDouble(value)) => value,
+        #[allow(clippy::cast_precision_loss)]
+        Some(number_data_point::Value::AsInt(value)) => value as f64,
+        None => panic!("number data point without a value: {point:?}"),
+    }
+}
+
+/// A sum's or gauge's data points as (attributes, value).
+///
+/// # Panics
+///
+/// If the metric is neither a sum nor a gauge.
+pub fn number_points(metric: &Metric) -> Vec<(BTreeMap<String, String>, f64)> {
+    let points = match &metric.data {
+        Some(metric::Data::Sum(sum)) => &sum.data_points,
+        Some(metric::Data::Gauge(gauge)) => &gauge.data_points,
+        _ => panic!("{} is a {}, not a sum or gauge", metric.name, kind(metric)),
+    };
+    points
+        .iter()
+        .map(|point| (attributes(&point.attributes), number_value(point)))
+        .collect()
+}
+
+/// The value of the sum or gauge data point with exactly these attributes.
+///
+/// # Panics
+///
+/// If there is no such point.
+pub fn number_value_with(metric: &Metric, wanted: &BTreeMap<String, String>) -> f64 {
+    let points = number_points(metric);
+    points
+        .iter()
+        .find(|(attributes, _)| attributes == wanted)
+        .map(|(_, value)| *value)
+        .unwrap_or_else(|| {
+            panic!(
+                "{} has no point with attributes {wanted:?}; points: {points:?}",
+                metric.name
+            )
+        })
+}
+
+/// Whether a sum is monotonic and cumulative: `(is_monotonic,
+/// aggregation_temporality)` where temporality is 1 = delta, 2 = cumulative.
+///
+/// # Panics
+///
+/// If the metric is not a sum.
+pub fn sum_shape(metric: &Metric) -> (bool, i32) {
+    match &metric.data {
+        Some(metric::Data::Sum(sum)) => (sum.is_monotonic, sum.aggregation_temporality),
+        _ => panic!("{} is a {}, not a sum", metric.name, kind(metric)),
+    }
+}
+
+/// One explicit-bucket histogram data point, flattened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramPoint {
+    /// The point's attributes.
+    pub attributes: BTreeMap<String, String>,
+    /// Number of recorded values.
+    pub count: u64,
+    /// Sum of recorded values, if sent.
+    pub sum: Option<f64>,
+    /// Minimum recorded value, if sent.
+    pub min: Option<f64>,
+    /// Maximum recorded value, if sent.
+    pub max: Option<f64>,
+    /// Upper bucket bounds (`bucket_counts` has one more entry).
+    pub bounds: Vec<f64>,
+    /// Per-bucket counts.
+    pub bucket_counts: Vec<u64>,
+}
+
+impl From<&HistogramDataPoint> for HistogramPoint {
+    fn from(point: &HistogramDataPoint) -> Self {
+        HistogramPoint {
+            attributes: attributes(&point.attributes),
+            count: point.count,
+            sum: point.sum,
+            min: point.min,
+            max: point.max,
+            bounds: point.explicit_bounds.clone(),
+            bucket_counts: point.bucket_counts.clone(),
+        }
+    }
+}
+
+/// An explicit-bucket histogram's data points, and its temporality
+/// (1 = delta, 2 = cumulative).
+///
+/// # Panics
+///
+/// If the metric is not an explicit-bucket histogram.
+pub fn histogram_points(metric: &Metric) -> (Vec<HistogramPoint>, i32) {
+    match &metric.data {
+        Some(metric::Data::Histogram(histogram)) => (
+            histogram
+                .data_points
+                .iter()
+                .map(HistogramPoint::from)
+                .collect(),
+            histogram.aggregation_temporality,
+        ),
+        _ => panic!("{} is a {}, not a histogram", metric.name, kind(metric)),
+    }
+}
+
+/// The histogram data point with exactly these attributes.
+///
+/// # Panics
+///
+/// If the metric is not a histogram or has no such point.
+pub fn histogram_point_with(metric: &Metric, wanted: &BTreeMap<String, String>) -> HistogramPoint {
+    let (points, _) = histogram_points(metric);
+    points
+        .iter()
+        .find(|point| &point.attributes == wanted)
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{} has no point with attributes {wanted:?}; points: {points:?}",
+                metric.name
+            )
+        })
+}
