@@ -97,7 +97,7 @@ pub(crate) fn commit<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
         Err(e) => {
             let code = e
                 .rdkafka_error_code()
-                .map(|c| format!("{c:?}"))
+                .map(crate::instruments::kafka_error_name)
                 .unwrap_or_else(|| "_OTHER".to_owned());
             shared.instruments.commit(took, Some(code));
             shared

@@ -89,6 +89,9 @@ pub(crate) struct Validated {
     pub(crate) group_id: String,
     pub(crate) topics: Vec<String>,
     pub(crate) max_poll_interval: Duration,
+    /// Text to redact from librdkafka's log lines and errors: see
+    /// [`secret_fragments`].
+    pub(crate) secrets: Vec<String>,
 }
 
 impl<H> FreshConsumer<H> {
@@ -367,6 +370,7 @@ impl Settings {
             group_id,
             topics: self.topics.clone(),
             max_poll_interval,
+            secrets: secret_fragments(&self.properties),
         })
     }
 }
@@ -375,11 +379,43 @@ impl Settings {
 pub(crate) fn is_secret_property(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     k.contains("password")
+        || k.contains("passphrase")
         || k.contains("secret")
         || k == "sasl.oauthbearer.config"
         || k == "ssl.key.pem"
         || k == "ssl_key"
+        || k.contains("private.key")
         || k.contains("token")
+}
+
+/// The values of secret properties, longest first, for redaction from
+/// librdkafka's log lines and errors, which may echo a value or part of it
+/// (a malformed `sasl.oauthbearer.config` is reported as "Unrecognized
+/// sasl.oauthbearer.config beginning at: <the rest of the value>", an invalid
+/// extension by its value). Each value is listed whole, and by its
+/// whitespace-separated parts and their `key=value` values of at least 4
+/// bytes.
+pub(crate) fn secret_fragments(properties: &[(String, String)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (k, v) in properties {
+        if !is_secret_property(k) || v.is_empty() {
+            continue;
+        }
+        out.push(v.clone());
+        for part in v.split_whitespace() {
+            let value = part.split_once('=').map(|(_, value)| value);
+            out.extend(
+                [Some(part), value]
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p.len() >= 4)
+                    .map(str::to_owned),
+            );
+        }
+    }
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    out.dedup();
+    out
 }
 
 fn redact_config_error(e: KafkaError) -> ConfigError {
@@ -466,7 +502,10 @@ mod tests {
 
     #[test]
     fn missing_required_settings_are_typed_errors() {
-        let e = FreshConsumer::new(()).group_id("g").topics(["t"]).validate();
+        let e = FreshConsumer::new(())
+            .group_id("g")
+            .topics(["t"])
+            .validate();
         assert_eq!(e, Err(ConfigError::MissingBootstrapServers));
         let e = FreshConsumer::new(())
             .bootstrap_servers("b:1")
@@ -484,7 +523,10 @@ mod tests {
 
     #[test]
     fn auto_commit_names_the_library_option() {
-        let e = base().set("enable.auto.commit", "true").validate().unwrap_err();
+        let e = base()
+            .set("enable.auto.commit", "true")
+            .validate()
+            .unwrap_err();
         assert_eq!(
             e,
             ConfigError::AutoCommit {
@@ -498,7 +540,10 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(matches!(e, ConfigError::AutoCommit { .. }));
-        base().set("enable.auto.commit", "false").validate().unwrap();
+        base()
+            .set("enable.auto.commit", "false")
+            .validate()
+            .unwrap();
     }
 
     #[test]
@@ -556,5 +601,45 @@ mod tests {
         if let Err(e) = e {
             assert!(!format!("{e} {e:?}").contains("hunter2-very-secret"));
         }
+    }
+
+    #[test]
+    fn secret_fragments_cover_values_and_their_parts() {
+        let props = [
+            ("sasl.username".to_owned(), "alice".to_owned()),
+            ("sasl.password".to_owned(), "pw".to_owned()),
+            (
+                "sasl.oauthbearer.config".to_owned(),
+                "principal=u extension_x=ext-secret tail-secret".to_owned(),
+            ),
+            (
+                "sasl.oauthbearer.assertion.private.key.passphrase".to_owned(),
+                "phrase-1".to_owned(),
+            ),
+        ];
+        let f = secret_fragments(&props);
+        for want in [
+            "pw",
+            "principal=u extension_x=ext-secret tail-secret",
+            "extension_x=ext-secret",
+            "ext-secret",
+            "tail-secret",
+            "principal=u",
+            "phrase-1",
+        ] {
+            assert!(f.iter().any(|s| s == want), "{want} missing from {f:?}");
+        }
+        assert!(!f.iter().any(|s| s == "alice" || s == "u"), "{f:?}");
+        assert!(
+            f.windows(2).all(|w| w[0].len() >= w[1].len()),
+            "longest first"
+        );
+        for key in [
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.private.key.pem",
+        ] {
+            assert!(is_secret_property(key), "{key}");
+        }
+        assert!(!is_secret_property("ssl.certificate.pem"));
     }
 }

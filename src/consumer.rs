@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::MeterProvider;
+use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::TopicPartitionList;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -94,6 +94,7 @@ impl<H: Handler> FreshConsumer<H> {
         let ctx = Ctx {
             shared: Arc::clone(&shared),
             handler: Arc::new(handler),
+            secrets: validated.secrets.clone(),
         };
         let consumer: Arc<Kafka<H>> = Arc::new(
             validated
@@ -242,7 +243,9 @@ impl<H: Handler> Engine<H> {
         match e.rdkafka_error_code() {
             Some(RDKafkaErrorCode::PollExceeded) => {
                 self.shared.instruments.poll_exceeded();
-                tracing::error!("max.poll.interval.ms exceeded: librdkafka left the group and the assignment is lost; it rejoins on the next poll");
+                tracing::error!(
+                    "max.poll.interval.ms exceeded: librdkafka left the group and the assignment is lost; it rejoins on the next poll"
+                );
                 None
             }
             _ => {
@@ -301,7 +304,7 @@ impl<H: Handler> Engine<H> {
                 Ok(()) => {}
                 Err(TrySendError::Full(r)) => {
                     slot.overflow.push_front(r);
-                    slot.state.wants_resume.store(true, Ordering::Release);
+                    request_resume(&self.shared, &slot.state);
                     return;
                 }
                 Err(TrySendError::Closed(_)) => {
@@ -365,7 +368,9 @@ impl<H: Handler> Engine<H> {
                 }
                 _ => {
                     timed_out = true;
-                    tracing::warn!("shutdown: final commit did not finish in time; uncommitted records will be redelivered");
+                    tracing::warn!(
+                        "shutdown: final commit did not finish in time; uncommitted records will be redelivered"
+                    );
                 }
             }
         }
@@ -373,14 +378,9 @@ impl<H: Handler> Engine<H> {
         self.shared.closing.store(true, Ordering::Release);
         self.shared.remove(&states, Duration::from_millis(100));
         let _ = self.shared.commit_tx.send(CommitCmd::Stop);
-        // 3. Flush metrics so the last interval is not lost.
-        if let Some(provider) = provider {
-            let budget = deadline.saturating_duration_since(Instant::now());
-            if !crate::export::flush(provider, budget).await {
-                timed_out = true;
-            }
-        }
-        // 4. Leave the group: closing blocks, so it runs on a thread of its own.
+        // 3. Leave the group (closing blocks, so it runs on a thread of its
+        // own) while the metrics are flushed, so a silent collector cannot
+        // delay the group leave and the other members' rebalance.
         let summary = self.summary();
         let consumer = self.consumer;
         drop(self.slots);
@@ -392,11 +392,20 @@ impl<H: Handler> Engine<H> {
                 drop(consumer);
                 let _ = done_tx.send(());
             });
+        // 4. Flush metrics so the last interval is not lost.
+        if let Some(provider) = provider {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if !crate::export::flush(provider, budget).await {
+                timed_out = true;
+            }
+        }
         if closer.is_ok() {
             let budget = deadline.saturating_duration_since(Instant::now());
             if tokio::time::timeout(budget, done_rx).await.is_err() {
                 timed_out = true;
-                tracing::warn!("shutdown: leaving the group did not finish in time (broker unreachable?); returning anyway");
+                tracing::warn!(
+                    "shutdown: leaving the group did not finish in time (broker unreachable?); returning anyway"
+                );
             }
         }
         RunSummary {
@@ -431,6 +440,24 @@ fn single(state: &PartitionState) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::with_capacity(1);
     tpl.add_partition(&state.topic, state.partition);
     tpl
+}
+
+/// Asks for a [`Ctrl::Drained`] once the partition's buffer has drained to
+/// half. The worker checks `wants_resume` only when it takes a record, so a
+/// worker that emptied its buffer before the flag was raised (for example
+/// during the synchronous `pause` call) would never ask, and the partition
+/// would stay paused with its overflow stuck: check the buffer again after
+/// raising the flag, and ask on the worker's behalf. The fences pair with the
+/// worker's (store flag / read buffer here, take record / read flag there).
+fn request_resume(shared: &Shared, state: &Arc<PartitionState>) {
+    state.wants_resume.store(true, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let buffered = state.tx.max_capacity() - state.tx.capacity();
+    if buffered <= shared.max_buffered_records / 2
+        && state.wants_resume.swap(false, Ordering::SeqCst)
+    {
+        let _ = shared.ctrl_tx.send(Ctrl::Drained(Arc::clone(state)));
+    }
 }
 
 /// Hands one fetched record to its partition's worker, pausing the partition
@@ -473,7 +500,7 @@ fn dispatch<H: Handler>(
                     Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
                 }
             }
-            state.wants_resume.store(true, Ordering::Release);
+            request_resume(shared, state);
         }
         Err(TrySendError::Closed(_)) => {
             shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);

@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use rdkafka::TopicPartitionList;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::TopicPartitionList;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::commit::CommitCmd;
@@ -20,10 +20,25 @@ use crate::shared::Shared;
 pub(crate) struct Ctx<H> {
     pub(crate) shared: Arc<Shared>,
     pub(crate) handler: Arc<H>,
+    /// Secret property values (and parts of them) that librdkafka's log
+    /// lines and errors must not carry into ours; longest first.
+    pub(crate) secrets: Vec<String>,
+}
+
+/// `text` with every occurrence of a secret replaced by `[redacted]`.
+fn redact<'a>(secrets: &[String], text: &'a str) -> std::borrow::Cow<'a, str> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for s in secrets {
+        if out.contains(s.as_str()) {
+            out = std::borrow::Cow::Owned(out.replace(s.as_str(), "[redacted]"));
+        }
+    }
+    out
 }
 
 impl<H: Handler> ClientContext for Ctx<H> {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let message = redact(&self.secrets, message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -44,6 +59,7 @@ impl<H: Handler> ClientContext for Ctx<H> {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        let reason = redact(&self.secrets, reason);
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PollExceeded) {
             // Also returned by the consumer's poll, where it is counted once.
             tracing::debug!(%reason, "librdkafka: max.poll.interval.ms exceeded");
@@ -84,9 +100,7 @@ enum Thread {
 fn this_thread() -> Thread {
     match Handle::try_current() {
         Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => Thread::MultiThreadWorker,
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::CurrentThread => {
-            Thread::CurrentThreadRuntime
-        }
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::CurrentThread => Thread::CurrentThreadRuntime,
         _ => Thread::Plain,
     }
 }
@@ -152,8 +166,12 @@ impl<H: Handler> Ctx<H> {
             tracing::warn!(%partitions, still_running, ?took, "partitions lost (the member was removed from the group); nothing was committed for them");
         } else {
             match committed {
-                Ok(_) => tracing::info!(%partitions, still_running, ?took, "partitions revoked; completed offsets committed"),
-                Err(e) => tracing::warn!(%partitions, still_running, ?took, error = %e, "partitions revoked; committing their completed offsets failed, they will be redelivered"),
+                Ok(_) => {
+                    tracing::info!(%partitions, still_running, ?took, "partitions revoked; completed offsets committed")
+                }
+                Err(e) => {
+                    tracing::warn!(%partitions, still_running, ?took, error = %e, "partitions revoked; committing their completed offsets failed, they will be redelivered")
+                }
             }
         }
     }

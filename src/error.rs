@@ -25,7 +25,9 @@ pub enum ConfigError {
     EmptyTopicName,
     /// A librdkafka property that would commit behind the library's back
     /// (`enable.auto.commit`, `enable.auto.offset.store`) was set to `true`.
-    #[error("`{property}` cannot be enabled: the library commits only past handled records; use `{instead}` instead")]
+    #[error(
+        "`{property}` cannot be enabled: the library commits only past handled records; use `{instead}` instead"
+    )]
     AutoCommit {
         /// The property that was set.
         property: &'static str,

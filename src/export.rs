@@ -26,7 +26,10 @@ pub(crate) async fn flush(provider: &SdkMeterProvider, budget: Duration) -> bool
             true
         }
         _ => {
-            tracing::warn!(?budget, "flushing metrics at shutdown did not finish in time");
+            tracing::warn!(
+                ?budget,
+                "flushing metrics at shutdown did not finish in time"
+            );
             false
         }
     }

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, Meter};
+use rdkafka::error::RDKafkaErrorCode;
 
 use crate::metrics::*;
 use crate::record::RecordTimestamp;
@@ -205,6 +206,23 @@ impl Instruments {
     }
 }
 
+/// The `error.type` of a failed commit: librdkafka's name for the error code,
+/// as Kafka spells it (`NOT_COORDINATOR`, `UNKNOWN_MEMBER_ID`; local errors
+/// start with `_`, e.g. `_TRANSPORT`). A bounded set of values.
+pub(crate) fn kafka_error_name(code: RDKafkaErrorCode) -> String {
+    match rdkafka::types::RDKafkaRespErr::try_from(code as i32) {
+        Ok(err) => {
+            // SAFETY: `rd_kafka_err2name` returns a pointer to a static,
+            // NUL-terminated string for every error code (rdkafka's own
+            // `Display` for error codes relies on `rd_kafka_err2str` likewise).
+            let name =
+                unsafe { std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_err2name(err)) };
+            name.to_string_lossy().into_owned()
+        }
+        Err(_) => format!("{code:?}"),
+    }
+}
+
 /// Failure class of a handler attempt, for `error.type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AttemptError {
@@ -297,13 +315,32 @@ mod tests {
 
     #[test]
     fn event_time_header_formats() {
-        assert_eq!(parse_event_time_header(b"1700000000000"), Some(1_700_000_000_000));
+        assert_eq!(
+            parse_event_time_header(b"1700000000000"),
+            Some(1_700_000_000_000)
+        );
         assert_eq!(
             parse_event_time_header(&1_700_000_000_000i64.to_be_bytes()),
             Some(1_700_000_000_000)
         );
         assert_eq!(parse_event_time_header(b"-5"), None);
         assert_eq!(parse_event_time_header(b"soon"), None);
+    }
+
+    #[test]
+    fn commit_error_type_is_the_kafka_error_name() {
+        assert_eq!(
+            kafka_error_name(RDKafkaErrorCode::NotCoordinator),
+            "NOT_COORDINATOR"
+        );
+        assert_eq!(
+            kafka_error_name(RDKafkaErrorCode::UnknownMemberId),
+            "UNKNOWN_MEMBER_ID"
+        );
+        assert_eq!(
+            kafka_error_name(RDKafkaErrorCode::BrokerTransportFailure),
+            "_TRANSPORT"
+        );
     }
 
     #[test]

@@ -138,9 +138,34 @@ pub const TIMESTAMP_TYPE: &str = "fresh_consumer.timestamp.type";
 /// Explicit bucket boundaries of [`EVENT_AGE`], in seconds: from 1 ms to
 /// 14 days, so week-old ages from replays and long outages still resolve.
 pub const EVENT_AGE_BOUNDARIES: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0,
-    120.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 21_600.0, 43_200.0, 86_400.0, 172_800.0,
-    604_800.0, 1_209_600.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1_800.0,
+    3_600.0,
+    7_200.0,
+    21_600.0,
+    43_200.0,
+    86_400.0,
+    172_800.0,
+    604_800.0,
+    1_209_600.0,
 ];
 
 /// Explicit bucket boundaries of the duration histograms

@@ -59,7 +59,8 @@ use opentelemetry_otlp::{ExporterBuildError, MetricExporter, Protocol, WithExpor
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::{
-    MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
+    Aggregation, Instrument, InstrumentKind, MeterProviderBuilder, PeriodicReader,
+    SdkMeterProvider, Stream, Temporality,
 };
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
 
@@ -169,6 +170,13 @@ pub enum OtlpError {
         /// The timeout that elapsed.
         timeout: Duration,
     },
+    /// The exponential histogram settings are out of range (see
+    /// [`exponential_histogram_view`]).
+    #[error("invalid exponential histogram: {reason}")]
+    ExponentialHistogram {
+        /// What is wrong with them.
+        reason: String,
+    },
     /// The helper thread for a flush or shutdown could not be started.
     #[error("cannot start the metrics {operation} thread")]
     Thread {
@@ -217,6 +225,9 @@ pub struct OtlpConfig {
     temporality: Temporality,
     service_name: Option<String>,
     resource_attributes: Vec<KeyValue>,
+    /// `(max_size, max_scale)` of base-2 exponential histograms for the
+    /// library's histograms, or `None` for explicit buckets.
+    exponential_histograms: Option<(u32, i8)>,
 }
 
 impl Default for OtlpConfig {
@@ -238,6 +249,7 @@ impl OtlpConfig {
             temporality: Temporality::Cumulative,
             service_name: None,
             resource_attributes: Vec::new(),
+            exponential_histograms: None,
         }
     }
 
@@ -430,6 +442,24 @@ impl OtlpConfig {
         self
     }
 
+    /// Aggregates the library's histograms (all in seconds:
+    /// [`EVENT_AGE`](crate::metrics::EVENT_AGE) and the durations) as base-2
+    /// exponential histograms with at most `max_size` buckets and a scale of
+    /// at most `max_scale` (-10..=20), instead of the explicit buckets
+    /// [`EVENT_AGE_BOUNDARIES`](crate::metrics::EVENT_AGE_BOUNDARIES) and
+    /// [`DURATION_BOUNDARIES`](crate::metrics::DURATION_BOUNDARIES). They are
+    /// exported as OTLP `ExponentialHistogram`s. The SDK's defaults are
+    /// [`DEFAULT_EXPONENTIAL_MAX_SIZE`] and [`DEFAULT_EXPONENTIAL_MAX_SCALE`];
+    /// the scale goes down on its own when the recorded range needs it.
+    ///
+    /// Default: explicit buckets. Out-of-range values make
+    /// [`OtlpConfig::build`] fail with [`OtlpError::ExponentialHistogram`].
+    /// See [`exponential_histogram_view`] for a provider built by hand.
+    pub fn with_exponential_histograms(mut self, max_size: u32, max_scale: i8) -> Self {
+        self.exponential_histograms = Some((max_size, max_scale));
+        self
+    }
+
     /// The transport that will be used.
     pub fn protocol(&self) -> OtlpProtocol {
         self.protocol
@@ -506,13 +536,21 @@ impl OtlpConfig {
     ///
     /// As [`OtlpConfig::build`].
     pub fn meter_provider_builder(&self) -> Result<MeterProviderBuilder, OtlpError> {
+        let view = self
+            .exponential_histograms
+            .map(|(max_size, max_scale)| exponential_histogram_view(max_size, max_scale))
+            .transpose()?;
         let exporter = self.exporter()?;
         let reader = PeriodicReader::builder(exporter)
             .with_interval(self.export_interval())
             .build();
-        Ok(SdkMeterProvider::builder()
+        let mut builder = SdkMeterProvider::builder()
             .with_resource(self.resource())
-            .with_reader(reader))
+            .with_reader(reader);
+        if let Some(view) = view {
+            builder = builder.with_view(view);
+        }
+        Ok(builder)
     }
 
     /// Builds the meter provider with a periodic OTLP exporter. It is not
@@ -529,7 +567,8 @@ impl OtlpConfig {
     /// [`OtlpError::NoTokioRuntime`] for gRPC outside a tokio runtime;
     /// [`OtlpError::Exporter`] if the exporter rejects the configuration (for
     /// example an endpoint that is not a valid URI, or `https` without a TLS
-    /// feature).
+    /// feature); [`OtlpError::ExponentialHistogram`] for out-of-range
+    /// [`OtlpConfig::with_exponential_histograms`] values.
     pub fn build(&self) -> Result<SdkMeterProvider, OtlpError> {
         Ok(self.meter_provider_builder()?.build())
     }
@@ -578,6 +617,81 @@ impl OtlpConfig {
 /// As [`OtlpConfig::build`].
 pub fn install(config: OtlpConfig) -> Result<SdkMeterProvider, OtlpError> {
     config.build()
+}
+
+/// The SDK's default `max_size` of a base-2 exponential histogram (160 buckets).
+pub const DEFAULT_EXPONENTIAL_MAX_SIZE: u32 = 160;
+/// The SDK's default (and highest) `max_scale` of a base-2 exponential
+/// histogram (20).
+pub const DEFAULT_EXPONENTIAL_MAX_SCALE: i8 = 20;
+
+/// The library's histograms, all in seconds.
+const LIBRARY_HISTOGRAMS: [&str; 5] = [
+    crate::metrics::EVENT_AGE,
+    crate::metrics::PROCESS_DURATION,
+    crate::metrics::BATCH_DURATION,
+    crate::metrics::POLL_INTERVAL,
+    crate::metrics::CLIENT_OPERATION_DURATION,
+];
+
+/// A view that aggregates the library's histograms
+/// ([`EVENT_AGE`](crate::metrics::EVENT_AGE),
+/// [`PROCESS_DURATION`](crate::metrics::PROCESS_DURATION),
+/// [`BATCH_DURATION`](crate::metrics::BATCH_DURATION),
+/// [`POLL_INTERVAL`](crate::metrics::POLL_INTERVAL),
+/// [`CLIENT_OPERATION_DURATION`](crate::metrics::CLIENT_OPERATION_DURATION))
+/// as base-2 exponential histograms (`max_size` buckets at most, scale at
+/// most `max_scale`, min and max recorded), for a meter provider built by
+/// hand. [`OtlpConfig::with_exponential_histograms`] adds it for you.
+///
+/// The view matches instruments by name and kind, whatever meter created
+/// them, so it also applies to `messaging.process.duration` and
+/// `messaging.client.operation.duration` histograms of other
+/// instrumentation in the same provider. Other instruments keep their
+/// aggregation.
+///
+/// ```
+/// use fresh_consumer::otlp::{self, DEFAULT_EXPONENTIAL_MAX_SCALE, DEFAULT_EXPONENTIAL_MAX_SIZE};
+/// use opentelemetry_sdk::metrics::SdkMeterProvider;
+///
+/// let view = otlp::exponential_histogram_view(
+///     DEFAULT_EXPONENTIAL_MAX_SIZE,
+///     DEFAULT_EXPONENTIAL_MAX_SCALE,
+/// )?;
+/// let provider = SdkMeterProvider::builder()
+///     // .with_reader(...)
+///     .with_view(view)
+///     .build();
+/// # drop(provider);
+/// # Ok::<(), fresh_consumer::otlp::OtlpError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`OtlpError::ExponentialHistogram`] when `max_size` is 0 or `max_scale`
+/// is outside -10..=20.
+pub fn exponential_histogram_view(
+    max_size: u32,
+    max_scale: i8,
+) -> Result<impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static, OtlpError> {
+    let stream = move || {
+        Stream::builder()
+            .with_aggregation(Aggregation::Base2ExponentialHistogram {
+                max_size,
+                max_scale,
+                record_min_max: true,
+            })
+            .build()
+    };
+    stream().map_err(|e| OtlpError::ExponentialHistogram {
+        reason: e.to_string(),
+    })?;
+    Ok(move |instrument: &Instrument| {
+        (instrument.kind() == InstrumentKind::Histogram
+            && LIBRARY_HISTOGRAMS.contains(&instrument.name()))
+        .then(stream)
+        .and_then(Result::ok)
+    })
 }
 
 /// Makes `provider` the process-wide meter provider of
@@ -992,6 +1106,33 @@ mod tests {
     fn grpc_outside_a_runtime_is_a_typed_error() {
         let result = OtlpConfig::new().build();
         assert!(matches!(result, Err(OtlpError::NoTokioRuntime)));
+    }
+
+    #[test]
+    fn exponential_histogram_settings_are_validated() {
+        assert!(
+            exponential_histogram_view(DEFAULT_EXPONENTIAL_MAX_SIZE, DEFAULT_EXPONENTIAL_MAX_SCALE)
+                .is_ok()
+        );
+        assert!(exponential_histogram_view(1, -10).is_ok());
+        for (size, scale) in [(0, 20), (160, 21), (160, -11)] {
+            assert!(
+                matches!(
+                    exponential_histogram_view(size, scale),
+                    Err(OtlpError::ExponentialHistogram { .. })
+                ),
+                "({size}, {scale})"
+            );
+        }
+        let result = OtlpConfig::new()
+            .with_protocol(OtlpProtocol::HttpProtobuf)
+            .with_endpoint("http://127.0.0.1:9/v1/metrics")
+            .with_exponential_histograms(0, 20)
+            .build();
+        assert!(matches!(
+            result,
+            Err(OtlpError::ExponentialHistogram { .. })
+        ));
     }
 
     #[test]

@@ -142,6 +142,8 @@ impl<H: Handler> Worker<H> {
             if self.state.stop.is_cancelled() {
                 break;
             }
+            // Pairs with the fence in the poll loop's `request_resume`.
+            std::sync::atomic::fence(Ordering::SeqCst);
             if self.state.wants_resume.load(Ordering::Acquire)
                 && self.rx.len() <= self.shared.max_buffered_records / 2
                 && self.state.wants_resume.swap(false, Ordering::AcqRel)
@@ -226,7 +228,11 @@ impl<H: Handler> Worker<H> {
     fn event_time(&self, record: &Record) -> EventTime {
         match &self.shared.event_time_header {
             None => EventTime::Record(record.timestamp()),
-            Some(name) => match record.header(name).flatten().and_then(parse_event_time_header) {
+            Some(name) => match record
+                .header(name)
+                .flatten()
+                .and_then(parse_event_time_header)
+            {
                 Some(ms) => EventTime::Header(ms),
                 None => EventTime::Missing,
             },
@@ -255,7 +261,9 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
 
 /// Exponential backoff: `initial * 2^(attempt-1)`, capped at `max`.
 pub(crate) fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
-    let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+    let factor = 1u32
+        .checked_shl(attempt.saturating_sub(1))
+        .unwrap_or(u32::MAX);
     initial.saturating_mul(factor).min(max)
 }
 

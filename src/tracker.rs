@@ -66,7 +66,10 @@ impl OffsetTracker {
     /// The lowest delivered offset that has not completed yet (the head of
     /// the line), if any.
     pub(crate) fn head(&self) -> Option<i64> {
-        self.pending.iter().find(|&&(_, done)| !done).map(|&(o, _)| o)
+        self.pending
+            .iter()
+            .find(|&&(_, done)| !done)
+            .map(|&(o, _)| o)
     }
 
     #[allow(dead_code)]

@@ -11,13 +11,20 @@ use crate::shared::Shared;
 /// When the poll loop last polled librdkafka.
 pub(crate) struct PollClock {
     origin: Instant,
-    /// Nanoseconds since `origin` of the last poll.
+    /// Nanoseconds since `origin` of the last poll: the start of the current
+    /// gap, which identifies it.
     last_poll: AtomicU64,
-    /// A warning was counted for the current gap.
-    warned: AtomicBool,
+    /// The start (`last_poll`) of the last gap a warning was counted for,
+    /// [`NO_GAP`] before the first. Keyed by the gap rather than a flag the
+    /// poll loop resets, so a poll racing the watchdog's check can neither
+    /// lose the next gap's warning nor count one gap twice.
+    warned_gap: AtomicU64,
     /// The loop stopped polling on purpose (shutdown): no warnings.
     suspended: AtomicBool,
 }
+
+/// [`PollClock::warned_gap`] before any warning.
+const NO_GAP: u64 = u64::MAX;
 
 /// Gaps below this are not recorded in the poll-interval histogram.
 const MIN_RECORDED_GAP: Duration = Duration::from_millis(1);
@@ -27,7 +34,7 @@ impl PollClock {
         PollClock {
             origin: Instant::now(),
             last_poll: AtomicU64::new(0),
-            warned: AtomicBool::new(false),
+            warned_gap: AtomicU64::new(NO_GAP),
             suspended: AtomicBool::new(false),
         }
     }
@@ -45,16 +52,21 @@ impl PollClock {
         if gap >= MIN_RECORDED_GAP {
             instruments.poll_interval(gap);
         }
-        self.warned.store(false, Ordering::Release);
         gap
     }
 
-    /// The gap since the last poll.
-    pub(crate) fn gap(&self) -> Duration {
-        Duration::from_nanos(
-            self.now_ns()
-                .saturating_sub(self.last_poll.load(Ordering::Acquire)),
+    /// The current gap: its start (see [`PollClock::warned_gap`]) and length.
+    fn gap(&self) -> (u64, Duration) {
+        let start = self.last_poll.load(Ordering::Acquire);
+        (
+            start,
+            Duration::from_nanos(self.now_ns().saturating_sub(start)),
         )
+    }
+
+    /// `true` the first time it is called for the gap starting at `start`.
+    fn first_warning_for(&self, start: u64) -> bool {
+        self.warned_gap.swap(start, Ordering::AcqRel) != start
     }
 
     pub(crate) fn suspend(&self) {
@@ -79,8 +91,8 @@ pub(crate) fn spawn(
                 if c.suspended.load(Ordering::Acquire) {
                     continue;
                 }
-                let gap = c.gap();
-                if gap >= threshold && !c.warned.swap(true, Ordering::AcqRel) {
+                let (start, gap) = c.gap();
+                if gap >= threshold && c.first_warning_for(start) {
                     shared.instruments.poll_warning();
                     tracing::warn!(
                         gap = ?gap,
@@ -93,4 +105,3 @@ pub(crate) fn spawn(
             }
         })
 }
-

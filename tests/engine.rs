@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 type Seen = Arc<Mutex<Vec<(i32, i64)>>>;
 
-fn recorder(seen: &Seen) -> impl Fn(Record) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static {
+fn recorder(
+    seen: &Seen,
+) -> impl Fn(Record) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static {
     let seen = Arc::clone(seen);
     move |r: Record| {
         seen.lock().unwrap().push((r.partition(), r.offset()));
@@ -29,7 +31,9 @@ async fn restart_resumes_from_the_committed_offset() {
     let topic = cluster.topic("restart", 1).await;
     let group = unique("g-restart");
     for i in 0..3 {
-        cluster.produce(&topic, 0, "k", &format!("v{i}"), None).await;
+        cluster
+            .produce(&topic, 0, "k", &format!("v{i}"), None)
+            .await;
     }
 
     let seen: Seen = Arc::default();
@@ -83,17 +87,25 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
     let topic = cluster.topic("fail2", 1).await;
     let group = unique("g-fail2");
     for i in 0..5 {
-        cluster.produce(&topic, 0, "k", &format!("v{i}"), None).await;
+        cluster
+            .produce(&topic, 0, "k", &format!("v{i}"), None)
+            .await;
     }
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let attempts: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let succeeded: Seen = Arc::default();
     let handler = {
-        let (failing, attempts, succeeded) =
-            (Arc::clone(&failing), Arc::clone(&attempts), Arc::clone(&succeeded));
+        let (failing, attempts, succeeded) = (
+            Arc::clone(&failing),
+            Arc::clone(&attempts),
+            Arc::clone(&succeeded),
+        );
         move |r: Record| {
-            let (failing, attempts, succeeded) =
-                (Arc::clone(&failing), Arc::clone(&attempts), Arc::clone(&succeeded));
+            let (failing, attempts, succeeded) = (
+                Arc::clone(&failing),
+                Arc::clone(&attempts),
+                Arc::clone(&succeeded),
+            );
             async move {
                 *attempts.lock().unwrap().entry(r.offset()).or_default() += 1;
                 if r.offset() == 2 && failing.load(std::sync::atomic::Ordering::SeqCst) {
@@ -110,13 +122,17 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
             .consumer(&group, &topic, handler)
             .run_until(stop.clone().cancelled_owned()),
     );
-    wait_until(Duration::from_secs(20), "offset 2 failing repeatedly", || async {
-        attempts.lock().unwrap().get(&2).copied().unwrap_or(0) >= 5
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "offset 2 failing repeatedly",
+        || async { attempts.lock().unwrap().get(&2).copied().unwrap_or(0) >= 5 },
+    )
     .await;
-    wait_until(Duration::from_secs(10), "offsets 0 and 1 committed", || async {
-        cluster.committed(&group, &topic, 1).await == vec![2]
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "offsets 0 and 1 committed",
+        || async { cluster.committed(&group, &topic, 1).await == vec![2] },
+    )
     .await;
     // Several commit intervals later, still nothing past the failing record.
     let before = attempts.lock().unwrap().get(&2).copied().unwrap();
@@ -125,12 +141,17 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
     })
     .await;
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![2]);
-    assert!(!attempts.lock().unwrap().contains_key(&3), "offset 3 ran before 2 succeeded");
+    assert!(
+        !attempts.lock().unwrap().contains_key(&3),
+        "offset 3 ran before 2 succeeded"
+    );
 
     failing.store(false, std::sync::atomic::Ordering::SeqCst);
-    wait_until(Duration::from_secs(20), "committed offset reaches 5", || async {
-        cluster.committed(&group, &topic, 1).await == vec![5]
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "committed offset reaches 5",
+        || async { cluster.committed(&group, &topic, 1).await == vec![5] },
+    )
     .await;
     stop.cancel();
     let summary = run.await.unwrap().unwrap();

@@ -291,3 +291,126 @@ pub fn init_logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// Reads a group's committed offsets again and again through one client:
+/// cheap enough to sample every few milliseconds (each read of
+/// [`TestCluster::committed`] creates a client).
+pub struct OffsetReader {
+    consumer: BaseConsumer,
+    topic: String,
+    partitions: i32,
+}
+
+impl OffsetReader {
+    /// The committed offsets of partitions `0..partitions` (-1001 when none).
+    /// Blocking: call it from a thread of its own or `spawn_blocking`.
+    pub fn committed(&self, timeout: Duration) -> rdkafka::error::KafkaResult<Vec<i64>> {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            tpl.add_partition(&self.topic, p);
+        }
+        let got = self.consumer.committed_offsets(tpl, timeout)?;
+        Ok((0..self.partitions)
+            .map(
+                |p| match got.find_partition(&self.topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => o,
+                    _ => -1001,
+                },
+            )
+            .collect())
+    }
+}
+
+impl TestCluster {
+    /// A reusable reader of `group`'s committed offsets for `topic`.
+    pub fn offset_reader(&self, group: &str, topic: &str, partitions: i32) -> OffsetReader {
+        let consumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("offset reader");
+        OffsetReader {
+            consumer,
+            topic: topic.to_owned(),
+            partitions,
+        }
+    }
+
+    /// Mock only: the KIP-848 (`group.protocol=consumer`) session timeout and
+    /// heartbeat interval the broker hands to members (defaults 30 s / 3 s).
+    /// Returns `false` on a real cluster, where the broker's settings apply.
+    pub fn set_consumer_group_timings(&self, session_ms: i32, heartbeat_ms: i32) -> bool {
+        let Some(owner) = &self.owner else {
+            return false;
+        };
+        unsafe {
+            let ptr = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+            rdkafka_sys::rd_kafka_mock_set_group_consumer_session_timeout_ms(ptr, session_ms);
+            rdkafka_sys::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(ptr, heartbeat_ms);
+        }
+        true
+    }
+
+    /// Like [`consumer`](Self::consumer), for the KIP-848 group protocol
+    /// (`group.protocol=consumer`): librdkafka refuses `session.timeout.ms` and
+    /// `heartbeat.interval.ms` there (the broker decides them; see
+    /// [`set_consumer_group_timings`](Self::set_consumer_group_timings)).
+    pub fn consumer_kip848<H: Handler>(
+        &self,
+        group: &str,
+        topic: &str,
+        handler: H,
+    ) -> FreshConsumer<H> {
+        FreshConsumer::new(handler)
+            .bootstrap_servers(self.bootstrap.clone())
+            .group_id(group)
+            .topics([topic])
+            .set("group.protocol", "consumer")
+            .set("fetch.wait.max.ms", "10")
+            .set("topic.metadata.refresh.interval.ms", "1000")
+            .commit_interval(Duration::from_millis(50))
+            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+            .revoke_timeout(Duration::from_secs(2))
+            .shutdown_timeout(Duration::from_secs(10))
+    }
+}
+
+impl TestCluster {
+    /// Produces one record with headers (`(name, value)`; `None` is a null
+    /// value) and an optional timestamp, and waits for its acknowledgement.
+    /// Returns its offset. `timestamp_ms` is passed to librdkafka as given
+    /// (0 or `None` means "now").
+    pub async fn produce_with_headers(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: &str,
+        payload: &str,
+        timestamp_ms: Option<i64>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) -> i64 {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: *value,
+            });
+        }
+        let mut r = FutureRecord::to(topic)
+            .partition(partition)
+            .key(key)
+            .payload(payload)
+            .headers(owned);
+        if let Some(ts) = timestamp_ms {
+            r = r.timestamp(ts);
+        }
+        self.producer
+            .send(r, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce")
+            .offset
+    }
+}

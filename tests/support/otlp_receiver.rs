@@ -538,3 +538,157 @@ pub fn histogram_point_with(metric: &Metric, wanted: &BTreeMap<String, String>) 
             )
         })
 }
+
+impl OtlpReceiver {
+    /// The instrumentation scope `(name, version)` of the most recent export
+    /// of metric `name`.
+    pub fn scope_of(&self, name: &str) -> Option<(String, String)> {
+        let received = lock(&self.received);
+        received.requests.iter().rev().find_map(|request| {
+            request
+                .resource_metrics
+                .iter()
+                .flat_map(|resource_metrics| resource_metrics.scope_metrics.iter())
+                .rev()
+                .find(|scope| scope.metrics.iter().any(|metric| metric.name == name))
+                .map(|scope| {
+                    scope
+                        .scope
+                        .as_ref()
+                        .map(|s| (s.name.clone(), s.version.clone()))
+                        .unwrap_or_default()
+                })
+        })
+    }
+}
+
+/// For each attribute key on any data point of `metric`, the kinds of value
+/// it was sent with (`"string"`, `"int"`, `"double"`, `"bool"`, `"other"`):
+/// [`attributes`] formats them all as strings, this tells them apart.
+pub fn attribute_kinds(
+    metric: &Metric,
+) -> BTreeMap<String, std::collections::BTreeSet<&'static str>> {
+    let point_attributes: Vec<&[KeyValue]> = match &metric.data {
+        Some(metric::Data::Gauge(g)) => g.data_points.iter().map(|p| &p.attributes[..]).collect(),
+        Some(metric::Data::Sum(s)) => s.data_points.iter().map(|p| &p.attributes[..]).collect(),
+        Some(metric::Data::Histogram(h)) => {
+            h.data_points.iter().map(|p| &p.attributes[..]).collect()
+        }
+        Some(metric::Data::ExponentialHistogram(h)) => {
+            h.data_points.iter().map(|p| &p.attributes[..]).collect()
+        }
+        Some(metric::Data::Summary(s)) => s.data_points.iter().map(|p| &p.attributes[..]).collect(),
+        None => Vec::new(),
+    };
+    let mut kinds: BTreeMap<String, std::collections::BTreeSet<&'static str>> = BTreeMap::new();
+    for kv in point_attributes.into_iter().flatten() {
+        let kind = match kv.value.as_ref().and_then(|value| value.value.as_ref()) {
+            Some(any_value::Value::StringValue(_)) => "string",
+            Some(any_value::Value::IntValue(_)) => "int",
+            Some(any_value::Value::DoubleValue(_)) => "double",
+            Some(any_value::Value::BoolValue(_)) => "bool",
+            _ => "other",
+        };
+        kinds.entry(kv.key.clone()).or_default().insert(kind);
+    }
+    kinds
+}
+
+/// One base-2 exponential histogram data point, flattened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExponentialHistogramPoint {
+    /// The point's attributes.
+    pub attributes: BTreeMap<String, String>,
+    /// Number of recorded values.
+    pub count: u64,
+    /// Sum of recorded values, if sent.
+    pub sum: Option<f64>,
+    /// Minimum recorded value, if sent.
+    pub min: Option<f64>,
+    /// Maximum recorded value, if sent.
+    pub max: Option<f64>,
+    /// The scale: bucket `i` of the positive range is `(base^i, base^(i+1)]`
+    /// with `base = 2^(2^-scale)`.
+    pub scale: i32,
+    /// Values in the zero bucket.
+    pub zero_count: u64,
+    /// Index of the first positive bucket.
+    pub positive_offset: i32,
+    /// Counts of the positive buckets, from `positive_offset` on.
+    pub positive_counts: Vec<u64>,
+    /// Total count of the negative buckets.
+    pub negative_total: u64,
+}
+
+impl ExponentialHistogramPoint {
+    /// The index of the positive bucket holding `value` at this point's scale.
+    pub fn bucket_index(&self, value: f64) -> i32 {
+        let scaled = value.log2() * 2f64.powi(self.scale);
+        #[allow(clippy::cast_possible_truncation)]
+        let index = scaled.ceil() as i32 - 1;
+        index
+    }
+
+    /// The count of the positive bucket with absolute index `index`.
+    pub fn count_at(&self, index: i32) -> u64 {
+        usize::try_from(index - self.positive_offset)
+            .ok()
+            .and_then(|i| self.positive_counts.get(i).copied())
+            .unwrap_or(0)
+    }
+}
+
+/// A base-2 exponential histogram's data points, and its temporality
+/// (1 = delta, 2 = cumulative).
+///
+/// # Panics
+///
+/// If the metric is not an exponential histogram.
+pub fn exponential_histogram_points(metric: &Metric) -> (Vec<ExponentialHistogramPoint>, i32) {
+    match &metric.data {
+        Some(metric::Data::ExponentialHistogram(histogram)) => (
+            histogram
+                .data_points
+                .iter()
+                .map(|point| ExponentialHistogramPoint {
+                    attributes: attributes(&point.attributes),
+                    count: point.count,
+                    sum: point.sum,
+                    min: point.min,
+                    max: point.max,
+                    scale: point.scale,
+                    zero_count: point.zero_count,
+                    positive_offset: point.positive.as_ref().map_or(0, |b| b.offset),
+                    positive_counts: point
+                        .positive
+                        .as_ref()
+                        .map(|b| b.bucket_counts.clone())
+                        .unwrap_or_default(),
+                    negative_total: point
+                        .negative
+                        .as_ref()
+                        .map_or(0, |b| b.bucket_counts.iter().sum()),
+                })
+                .collect(),
+            histogram.aggregation_temporality,
+        ),
+        _ => panic!(
+            "{} is a {}, not an exponential histogram",
+            metric.name,
+            kind(metric)
+        ),
+    }
+}
+
+/// The total of a sum metric's points whose attributes include all of
+/// `wanted`, or 0 when the metric is `None` (never exported: the SDK sends
+/// no instrument that was never recorded into).
+pub fn sum_total_matching(metric: Option<&Metric>, wanted: &BTreeMap<String, String>) -> f64 {
+    metric.map_or(0.0, |metric| {
+        number_points(metric)
+            .iter()
+            .filter(|(attributes, _)| wanted.iter().all(|(k, v)| attributes.get(k) == Some(v)))
+            .map(|(_, value)| value)
+            .sum()
+    })
+}
