@@ -41,6 +41,7 @@ pub(crate) fn run<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
         match cmd {
             Ok(CommitCmd::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Ok(CommitCmd::Now) | Err(RecvTimeoutError::Timeout) => {
+                shared.storm_sample();
                 let _ = commit(&*consumer, &shared, None);
                 next = Instant::now() + interval;
             }

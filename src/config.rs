@@ -9,6 +9,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
 use crate::error::ConfigError;
+use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
 
 /// Default for [`FreshConsumer::max_buffered_records`].
 pub const DEFAULT_MAX_BUFFERED_RECORDS: usize = 1_000;
@@ -73,8 +74,10 @@ pub(crate) struct Settings {
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_interval: Duration,
     pub(crate) commit_batch_records: usize,
-    pub(crate) retry_initial_backoff: Duration,
-    pub(crate) retry_max_backoff: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) on_exhausted: OnExhausted,
+    pub(crate) storm_guard: StormGuard,
+    pub(crate) handler_timeout: Option<Duration>,
     pub(crate) revoke_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) poll_warning_ratio: f64,
@@ -111,8 +114,10 @@ impl<H> FreshConsumer<H> {
                 max_buffered_records: DEFAULT_MAX_BUFFERED_RECORDS,
                 commit_interval: DEFAULT_COMMIT_INTERVAL,
                 commit_batch_records: DEFAULT_COMMIT_BATCH_RECORDS,
-                retry_initial_backoff: DEFAULT_RETRY_INITIAL_BACKOFF,
-                retry_max_backoff: DEFAULT_RETRY_MAX_BACKOFF,
+                retry: RetryPolicy::default(),
+                on_exhausted: OnExhausted::default(),
+                storm_guard: StormGuard::default(),
+                handler_timeout: None,
                 revoke_timeout: DEFAULT_REVOKE_TIMEOUT,
                 shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
                 poll_warning_ratio: DEFAULT_POLL_WARNING_RATIO,
@@ -190,15 +195,47 @@ impl<H> FreshConsumer<H> {
         self.settings.commit_batch_records = records;
         self
     }
-
     /// Backoff between attempts of a failing record: starts at `initial`,
-    /// doubles per attempt, capped at `max`. A failing record is retried until
-    /// it succeeds, the partition is revoked, or the consumer shuts down; no
-    /// later offset of its partition is committed meanwhile. Defaults to
+    /// doubles per attempt, capped at `max` (shorthand for
+    /// [`retry`](Self::retry) with [`RetryPolicy::backoff`]). Defaults to
     /// 100 ms and 30 s. `initial` must be more than zero and at most `max`.
     pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.settings.retry_initial_backoff = initial;
-        self.settings.retry_max_backoff = max;
+        self.settings.retry = self.settings.retry.backoff(initial, max);
+        self
+    }
+
+    /// How failing records are retried: attempts, backoff, jitter. Defaults
+    /// to [`RetryPolicy::default`] (5 attempts, 100 ms doubling to 30 s,
+    /// jitter 0.2). No offset after a failing record is committed while it
+    /// is retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.settings.retry = policy;
+        self
+    }
+
+    /// What happens to a record whose attempts ran out, or that failed with
+    /// a [`permanent`](crate::permanent) error. Defaults to
+    /// [`OnExhausted::Block`]: the partition stops at the record and keeps
+    /// retrying at the capped backoff.
+    pub fn on_exhausted(mut self, policy: OnExhausted) -> Self {
+        self.settings.on_exhausted = policy;
+        self
+    }
+
+    /// The guard that stops dead-lettering when too many recent records
+    /// fail. Defaults to [`StormGuard::default`] (more than 50 % of the
+    /// records of the last 60 s, once 20 finished). Only matters with
+    /// [`OnExhausted::DeadLetter`].
+    pub fn storm_guard(mut self, guard: StormGuard) -> Self {
+        self.settings.storm_guard = guard;
+        self
+    }
+
+    /// A handler attempt that runs longer than this is abandoned (its future
+    /// dropped) and counts as a failed attempt with `error.type=timeout`.
+    /// Defaults to no timeout. Must be more than zero.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.handler_timeout = Some(timeout);
         self
     }
 
@@ -319,13 +356,26 @@ impl Settings {
         if self.commit_batch_records == 0 {
             return Err(invalid("commit_batch_records", "must be at least 1"));
         }
-        if self.retry_initial_backoff.is_zero()
-            || self.retry_initial_backoff > self.retry_max_backoff
+        if let Err(reason) = self.retry.validate() {
+            return Err(invalid("retry", reason));
+        }
+        if self.handler_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(invalid("handler_timeout", "must be more than zero"));
+        }
+        if self.storm_guard.enabled
+            && !(self.storm_guard.max_failure_ratio > 0.0
+                && self.storm_guard.max_failure_ratio <= 1.0
+                && !self.storm_guard.window.is_zero())
         {
             return Err(invalid(
-                "retry_backoff",
-                "initial must be more than zero and at most max",
+                "storm_guard",
+                "max_failure_ratio must be in (0, 1] and the window more than zero",
             ));
+        }
+        if let OnExhausted::DeadLetter(dl) = &self.on_exhausted
+            && dl.topic.as_deref().is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(invalid("on_exhausted", "dead-letter topic must not be empty"));
         }
         if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
             return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
@@ -474,8 +524,10 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("max_buffered_records", &s.max_buffered_records)
             .field("commit_interval", &s.commit_interval)
             .field("commit_batch_records", &s.commit_batch_records)
-            .field("retry_initial_backoff", &s.retry_initial_backoff)
-            .field("retry_max_backoff", &s.retry_max_backoff)
+            .field("retry", &s.retry)
+            .field("on_exhausted", &s.on_exhausted)
+            .field("storm_guard", &s.storm_guard)
+            .field("handler_timeout", &s.handler_timeout)
             .field("revoke_timeout", &s.revoke_timeout)
             .field("shutdown_timeout", &s.shutdown_timeout)
             .field("poll_warning_ratio", &s.poll_warning_ratio)

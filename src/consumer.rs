@@ -21,7 +21,9 @@ use tokio::sync::mpsc::error::TrySendError;
 use crate::commit::{self, CommitCmd};
 use crate::config::FreshConsumer;
 use crate::context::Ctx;
+use crate::dead_letter::DeadLetterWriter;
 use crate::error::RunError;
+use crate::failure::OnExhausted;
 use crate::handler::Handler;
 use crate::instruments::Instruments;
 use crate::partition::PartitionState;
@@ -76,13 +78,35 @@ impl<H: Handler> FreshConsumer<H> {
             (None, None) => opentelemetry::global::meter_with_scope(scope()),
         };
         let instruments = Instruments::new(&meter, &validated.group_id);
+        let dead_letter = match &settings.on_exhausted {
+            OnExhausted::DeadLetter(config) => {
+                let properties: Vec<(String, String)> = validated
+                    .client_config
+                    .config_map()
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect();
+                let producer = DeadLetterWriter::producer_config(&properties, config)
+                    .create()
+                    .map_err(RunError::Client)?;
+                Some(DeadLetterWriter::new(
+                    producer,
+                    config.clone(),
+                    validated.group_id.clone(),
+                ))
+            }
+            _ => None,
+        };
         let (commit_tx, commit_rx) = std::sync::mpsc::channel();
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(SharedInit {
             max_buffered_records: settings.max_buffered_records,
             commit_batch_records: settings.commit_batch_records,
-            retry_initial_backoff: settings.retry_initial_backoff,
-            retry_max_backoff: settings.retry_max_backoff,
+            retry: settings.retry.clone(),
+            handler_timeout: settings.handler_timeout,
+            dead_letter,
+            on_exhausted: settings.on_exhausted.clone(),
+            storm_guard: settings.storm_guard.clone(),
             revoke_timeout: settings.revoke_timeout,
             event_time_header: settings.event_time_header.clone(),
             runtime,

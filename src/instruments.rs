@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::metrics::*;
@@ -23,6 +23,12 @@ pub(crate) struct Instruments {
     operation_duration: Histogram<f64>,
     timestamp_missing: Counter<u64>,
     clock_skew: Counter<u64>,
+    retries: Counter<u64>,
+    dead_letter: Counter<u64>,
+    skipped: Counter<u64>,
+    blocked: Gauge<u64>,
+    sent: Counter<u64>,
+    storm_guard: UpDownCounter<i64>,
     group_attrs: [KeyValue; 2],
     commit_attrs: [KeyValue; 4],
     group: String,
@@ -133,6 +139,40 @@ impl Instruments {
                 "{message}",
                 "Succeeded records timestamped later than the consumer's clock.",
             ),
+            retries: counter(
+                HANDLER_RETRIES,
+                "{attempt}",
+                "Handler attempts that were retries of a failed attempt.",
+            ),
+            dead_letter: counter(
+                DEAD_LETTER_MESSAGES,
+                "{message}",
+                "Records parked in a dead-letter topic after their attempts ran out.",
+            ),
+            skipped: counter(
+                SKIPPED_MESSAGES,
+                "{message}",
+                "Records given up and committed past after their attempts ran out (skip policy).",
+            ),
+            blocked: meter
+                .u64_gauge(PARTITION_BLOCKED)
+                .with_unit("1")
+                .with_description(
+                    "1 while the partition is blocked by a record whose attempts ran out, else 0.",
+                )
+                .build(),
+            sent: counter(
+                SENT_MESSAGES,
+                "{message}",
+                "Dead-letter records sent, with error.type when the broker refused them.",
+            ),
+            storm_guard: meter
+                .i64_up_down_counter(STORM_GUARD_ACTIVE)
+                .with_unit("1")
+                .with_description(
+                    "1 while the storm guard holds records back from the dead-letter topic, else 0.",
+                )
+                .build(),
             commit_attrs: [
                 group_attrs[0].clone(),
                 group_attrs[1].clone(),
@@ -144,7 +184,12 @@ impl Instruments {
         }
     }
 
-    pub(crate) fn partition(&self, topic: &str, partition: i32) -> PartitionInstruments {
+    pub(crate) fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        dead_letter_topic: Option<&str>,
+    ) -> PartitionInstruments {
         let base = [
             KeyValue::new(MESSAGING_SYSTEM, "kafka"),
             KeyValue::new(MESSAGING_DESTINATION_NAME, topic.to_owned()),
@@ -176,7 +221,25 @@ impl Instruments {
                 KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
                 KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
             ]),
+            process_timeout: process_err("timeout"),
+            dead_letter: dead_letter_topic.map(|dlt| {
+                let dlq = with(&[KeyValue::new(DEAD_LETTER_TOPIC, dlt.to_owned())]);
+                let sent: Box<[KeyValue]> = [
+                    KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+                    KeyValue::new(MESSAGING_DESTINATION_NAME, dlt.to_owned()),
+                    KeyValue::new(MESSAGING_OPERATION_NAME, "send"),
+                    KeyValue::new(MESSAGING_OPERATION_TYPE, "send"),
+                ]
+                .into();
+                (dlq, sent)
+            }),
         }
+    }
+
+    /// Records the storm guard tripping (`true`) or clearing (`false`).
+    pub(crate) fn storm_guard(&self, active: bool) {
+        self.storm_guard
+            .add(if active { 1 } else { -1 }, &self.group_attrs);
     }
 
     pub(crate) fn poll_interval(&self, gap: Duration) {
@@ -228,6 +291,24 @@ pub(crate) fn kafka_error_name(code: RDKafkaErrorCode) -> String {
 pub(crate) enum AttemptError {
     Handler,
     Panic,
+    Timeout,
+}
+
+impl AttemptError {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AttemptError::Handler => "handler_error",
+            AttemptError::Panic => "panic",
+            AttemptError::Timeout => "timeout",
+        }
+    }
+}
+
+/// The `error.type` of a failed Kafka operation (see [`kafka_error_name`]).
+pub(crate) fn kafka_error_name_of(e: &rdkafka::error::KafkaError) -> String {
+    e.rdkafka_error_code()
+        .map(kafka_error_name)
+        .unwrap_or_else(|| "_OTHER".to_owned())
 }
 
 /// Instruments with one partition's attribute sets, built on assignment.
@@ -241,6 +322,10 @@ pub(crate) struct PartitionInstruments {
     process_error: Box<[KeyValue]>,
     process_panic: Box<[KeyValue]>,
     consumed: Box<[KeyValue]>,
+    process_timeout: Box<[KeyValue]>,
+    /// Dead-letter attributes: (partition attributes + dead-letter topic,
+    /// attributes of the sends to the dead-letter topic).
+    dead_letter: Option<(Box<[KeyValue]>, Box<[KeyValue]>)>,
 }
 
 impl PartitionInstruments {
@@ -253,8 +338,43 @@ impl PartitionInstruments {
             None => &self.process_ok,
             Some(AttemptError::Handler) => &self.process_error,
             Some(AttemptError::Panic) => &self.process_panic,
+            Some(AttemptError::Timeout) => &self.process_timeout,
         };
         self.i.process_duration.record(took.as_secs_f64(), attrs);
+    }
+
+    /// A failed attempt is about to be retried.
+    pub(crate) fn retry(&self) {
+        self.i.retries.add(1, &self.base);
+    }
+
+    /// A record was given up (skip policy).
+    pub(crate) fn skipped(&self) {
+        self.i.skipped.add(1, &self.base);
+    }
+
+    /// The partition became blocked (`true`) or moved on (`false`).
+    pub(crate) fn blocked(&self, blocked: bool) {
+        self.i.blocked.record(u64::from(blocked), &self.base);
+    }
+
+    /// A dead-letter write finished: `None` when acknowledged, else the
+    /// error name.
+    pub(crate) fn dead_lettered(&self, error: Option<String>) {
+        let Some((dlq, sent)) = &self.dead_letter else {
+            return;
+        };
+        match error {
+            None => {
+                self.i.dead_letter.add(1, dlq);
+                self.i.sent.add(1, sent);
+            }
+            Some(e) => {
+                let mut attrs = sent.to_vec();
+                attrs.push(KeyValue::new(ERROR_TYPE, e));
+                self.i.sent.add(1, &attrs);
+            }
+        }
     }
 
     pub(crate) fn batch(&self, took: Duration) {

@@ -58,8 +58,10 @@ mod commit;
 mod config;
 mod consumer;
 mod context;
+pub mod dead_letter;
 mod error;
 mod export;
+mod failure;
 mod handler;
 mod instruments;
 pub mod metrics;
@@ -78,6 +80,11 @@ pub use config::{
 };
 pub use consumer::IDLE_POLL_TICK;
 pub use error::{ConfigError, RunError};
+pub use failure::{
+    DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
+    DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter,
+    DeadLetterHeaders, OnExhausted, Permanent, RetryPolicy, StormGuard, permanent,
+};
 pub use handler::{BoxError, Handler};
 pub use record::{Header, Record, RecordTimestamp};
 pub use summary::{RunSummary, TopicPartition};

@@ -116,6 +116,58 @@ pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missin
 /// | counter (u64) | `{message}` | partition attributes |
 pub const EVENT_CLOCK_SKEW: &str = "fresh_consumer.event.clock_skew";
 
+/// Handler attempts that retried a failed attempt.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{attempt}` | partition attributes |
+///
+/// Also counts the capped-backoff retries of a blocked partition.
+pub const HANDLER_RETRIES: &str = "fresh_consumer.handler.retries";
+
+/// Records parked in a dead-letter topic after their attempts ran out (or a
+/// permanent error), counted once the broker acknowledged the write.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes (of the source), [`DEAD_LETTER_TOPIC`] |
+pub const DEAD_LETTER_MESSAGES: &str = "fresh_consumer.dead_letter.messages";
+
+/// Records given up and committed past ([`OnExhausted::SkipAndCommitPast`](crate::OnExhausted::SkipAndCommitPast)).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
+
+/// 1 while the partition is blocked by a record whose attempts ran out and
+/// that is neither handled nor parked (block policy, storm guard, or a
+/// failing dead-letter write); 0 once it moves on.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (u64) | `1` | partition attributes |
+pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
+
+/// Records sent by the library (semantic convention
+/// `messaging.client.sent.messages`): the dead-letter writes.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`MESSAGING_OPERATION_TYPE`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
+pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
+
+/// 1 while the storm guard holds records back from the dead-letter topic
+/// because too many recent records failed; 0 otherwise.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | up-down counter (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+pub const STORM_GUARD_ACTIVE: &str = "fresh_consumer.storm_guard.active";
+
+/// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.
+pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
+
 /// Attribute `messaging.system`: always `kafka`.
 pub const MESSAGING_SYSTEM: &str = "messaging.system";
 /// Attribute `messaging.destination.name`: the topic.
@@ -129,7 +181,9 @@ pub const MESSAGING_OPERATION_NAME: &str = "messaging.operation.name";
 /// Attribute `messaging.operation.type`: `process`, `receive` or `settle`.
 pub const MESSAGING_OPERATION_TYPE: &str = "messaging.operation.type";
 /// Attribute `error.type`: a low-cardinality failure class. For handler
-/// attempts `handler_error` or `panic`; for commits the Kafka error code name.
+/// attempts `handler_error`, `panic`, `timeout` (see
+/// [`handler_timeout`](crate::FreshConsumer::handler_timeout)); for commits
+/// and dead-letter sends the Kafka error code name.
 pub const ERROR_TYPE: &str = "error.type";
 /// Attribute `fresh_consumer.timestamp.type`: where the event time came from:
 /// `create_time`, `log_append_time` or `header`.

@@ -2,7 +2,7 @@
 //! handler over its records in offset order.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -10,10 +10,12 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::dead_letter::{DeadLetterWriter, FailureInfo};
+use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::instruments::{AttemptError, EventTime, PartitionInstruments, parse_event_time_header};
 use crate::record::Record;
-use crate::shared::{Ctrl, Shared};
+use crate::shared::{Ctrl, Decision, Shared};
 use crate::tracker::OffsetTracker;
 
 /// "No offset known yet" for [`PartitionState::committed`].
@@ -42,6 +44,11 @@ pub(crate) struct PartitionState {
     pub(crate) wants_resume: AtomicBool,
     /// The worker task's end, for waiting from synchronous code.
     pub(crate) done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// Milliseconds since the Unix epoch when the partition became blocked
+    /// by a record whose attempts ran out and that is neither handled nor
+    /// parked yet (block policy, or a dead-letter write that keeps failing);
+    /// 0 when not blocked.
+    pub(crate) blocked_since: AtomicU64,
     pub(crate) metrics: PartitionInstruments,
 }
 
@@ -65,7 +72,16 @@ impl PartitionState {
             tx,
             wants_resume: AtomicBool::new(false),
             done: Mutex::new(Some(done_rx)),
-            metrics: shared.instruments.partition(topic, partition),
+            blocked_since: AtomicU64::new(0),
+            metrics: shared.instruments.partition(
+                topic,
+                partition,
+                shared
+                    .dead_letter
+                    .as_ref()
+                    .map(|d| d.topic_for(topic))
+                    .as_deref(),
+            ),
         });
         let worker = Worker {
             state: Arc::clone(&state),
@@ -161,27 +177,39 @@ impl<H: Handler> Worker<H> {
         if let Some(start) = batch_start.take() {
             self.state.metrics.batch(start.elapsed());
         }
+        self.unblock();
     }
 
-    /// Runs the handler on `record` until it succeeds. Returns `false` when
-    /// the worker must stop (revoked or shutting down).
+    /// Runs the handler on `record` until it succeeds or is parked (dead
+    /// letter) or given up (skip). Returns `false` when the worker must stop
+    /// (revoked or shutting down) with the record neither.
     async fn handle_until_done(&self, record: Record) -> bool {
         let offset = record.offset();
         let event_time = self.event_time(&record);
+        let retry = &self.shared.retry;
         let mut attempt: u32 = 0;
+        let mut first_failure: Option<SystemTime> = None;
         loop {
             attempt += 1;
             let started = Instant::now();
             let outcome = {
-                let result = AssertUnwindSafe(self.handler.handle(record.clone()))
-                    .catch_unwind()
-                    .await;
-                classify::<H>(result)
+                let run = AssertUnwindSafe(self.handler.handle(record.clone())).catch_unwind();
+                match self.shared.handler_timeout {
+                    None => classify::<H>(run.await),
+                    Some(limit) => match tokio::time::timeout(limit, run).await {
+                        Ok(result) => classify::<H>(result),
+                        Err(_) => Attempt::Failed(
+                            AttemptError::Timeout,
+                            format!("handler did not finish within {limit:?}").into(),
+                        ),
+                    },
+                }
             };
             let took = started.elapsed();
-            match outcome {
+            let (kind, error) = match outcome {
                 Attempt::Succeeded => {
                     self.state.metrics.attempt(took, None);
+                    self.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
                         // The partition moved on while the handler ran: the
                         // record will be redelivered to its new owner.
@@ -189,39 +217,190 @@ impl<H: Handler> Worker<H> {
                         return false;
                     }
                     self.state.metrics.succeeded(event_time, SystemTime::now());
-                    self.state
-                        .tracker
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .completed(offset);
+                    self.complete(offset);
                     self.shared.counters.succeeded();
-                    self.shared.record_completed();
                     return true;
                 }
-                Attempt::Failed(kind, error) => {
-                    self.state.metrics.attempt(took, Some(kind));
-                    self.shared.counters.failed_attempt();
-                    let backoff = self.shared.backoff(attempt);
-                    tracing::warn!(
+                Attempt::Failed(kind, error) => (kind, error),
+            };
+            self.state.metrics.attempt(took, Some(kind));
+            self.shared.counters.failed_attempt();
+            let now = SystemTime::now();
+            if first_failure.is_none() {
+                first_failure = Some(now);
+                self.shared.counters.record_failed();
+            }
+            if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
+                return false;
+            }
+            let permanent = is_permanent(&error);
+            let error_type = if permanent { "permanent" } else { kind.as_str() };
+            if !permanent && attempt < retry.max_attempts {
+                let delay = retry.delay(attempt);
+                tracing::warn!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    offset,
+                    attempt,
+                    error.type = error_type,
+                    error = %error,
+                    retry_in = ?delay,
+                    "handler failed; retrying in place, the partition's commit holds at this offset"
+                );
+                self.state.metrics.retry();
+                if !self.sleep(delay).await {
+                    return false;
+                }
+                continue;
+            }
+            // Attempts ran out (or the error is permanent): the policy decides.
+            let failure = FailureInfo {
+                attempts: attempt,
+                error_type,
+                error_message: error_chain(&*error),
+                first_failure: first_failure.unwrap_or(now),
+                last_failure: now,
+            };
+            match self.shared.decide() {
+                Decision::Skip => {
+                    tracing::error!(
                         topic = %self.state.topic,
                         partition = self.state.partition,
                         offset,
-                        attempt,
-                        error.type = if kind == AttemptError::Panic { "panic" } else { "handler_error" },
+                        attempts = attempt,
+                        error.type = error_type,
                         error = %error,
-                        retry_in = ?backoff,
-                        "handler failed; retrying in place, the partition's commit holds at this offset"
+                        "record given up after its last attempt and committed past (skip policy): it is lost to this consumer group"
                     );
-                    if self.state.revoked.load(Ordering::Acquire) {
+                    self.unblock();
+                    self.state.metrics.skipped();
+                    self.complete(offset);
+                    return true;
+                }
+                Decision::DeadLetter(writer) => {
+                    return self.park(writer, &record, failure).await;
+                }
+                Decision::Block { storm } => {
+                    self.block();
+                    let delay = retry.max_backoff;
+                    tracing::error!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset,
+                        attempts = attempt,
+                        error.type = error_type,
+                        error = %error,
+                        storm_guard = storm,
+                        retry_in = ?delay,
+                        "partition blocked at a record whose attempts ran out; retrying at the capped backoff"
+                    );
+                    self.state.metrics.retry();
+                    if !self.sleep(delay).await {
                         return false;
-                    }
-                    tokio::select! {
-                        biased;
-                        _ = self.state.stop.cancelled() => return false,
-                        _ = tokio::time::sleep(backoff) => {}
                     }
                 }
             }
+        }
+    }
+
+    /// Writes `record` to its dead-letter topic, retrying the write at the
+    /// capped backoff until the broker acknowledges it; only then is the
+    /// record's offset committable. The partition counts as blocked while a
+    /// write fails.
+    async fn park(&self, writer: &DeadLetterWriter, record: &Record, failure: FailureInfo) -> bool {
+        let topic = writer.topic_for(record.topic());
+        let mut write_attempt: u32 = 0;
+        loop {
+            write_attempt += 1;
+            let sent = tokio::select! {
+                biased;
+                _ = self.state.stop.cancelled() => return false,
+                r = writer.park(record, &topic, &failure) => r,
+            };
+            match sent {
+                Ok(()) => {
+                    self.state.metrics.dead_lettered(None);
+                    self.unblock();
+                    if self.state.revoked.load(Ordering::Acquire) {
+                        // Parked, but the partition moved on: its new owner
+                        // will handle the record again (at-least-once).
+                        self.shared.counters.late_completion();
+                        return false;
+                    }
+                    tracing::warn!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset = record.offset(),
+                        attempts = failure.attempts,
+                        error.type = failure.error_type,
+                        dead_letter_topic = %topic,
+                        "record dead-lettered after its last attempt"
+                    );
+                    self.complete(record.offset());
+                    return true;
+                }
+                Err(e) => {
+                    self.state
+                        .metrics
+                        .dead_lettered(Some(crate::instruments::kafka_error_name_of(&e)));
+                    self.block();
+                    let delay = self.shared.retry.delay(write_attempt);
+                    tracing::error!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset = record.offset(),
+                        dead_letter_topic = %topic,
+                        error = %e,
+                        retry_in = ?delay,
+                        "writing to the dead-letter topic failed; the record stays uncommitted and the write is retried"
+                    );
+                    if !self.sleep(delay).await {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks `offset` completed: succeeded, parked or given up.
+    fn complete(&self, offset: i64) {
+        self.state
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .completed(offset);
+        self.shared.record_completed();
+    }
+
+    fn block(&self) {
+        let now = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(1)
+            .max(1);
+        if self
+            .state
+            .blocked_since
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.state.metrics.blocked(true);
+        }
+    }
+
+    fn unblock(&self) {
+        if self.state.blocked_since.swap(0, Ordering::AcqRel) != 0 {
+            self.state.metrics.blocked(false);
+        }
+    }
+
+    /// Sleeps unless the partition is stopped first. Returns `false` when
+    /// stopped.
+    async fn sleep(&self, delay: Duration) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.state.stop.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
         }
     }
 
@@ -248,6 +427,18 @@ fn classify<H: Handler>(
         Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
         Err(panic) => Attempt::Failed(AttemptError::Panic, panic_message(panic).into()),
     }
+}
+
+/// The error's message followed by its sources, `: `-separated.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {

@@ -1,7 +1,7 @@
 //! State shared by the poll loop, the partition workers, the committer thread,
 //! the watchdog and librdkafka's callbacks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commit::CommitCmd;
 use crate::instruments::Instruments;
-use crate::partition::{PartitionState, backoff};
+use crate::dead_letter::DeadLetterWriter;
+use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::partition::PartitionState;
 use crate::summary::TopicPartition;
 use crate::watchdog::PollClock;
 
@@ -22,14 +24,31 @@ pub(crate) enum Ctrl {
     Drained(Arc<PartitionState>),
 }
 
+/// The decision for a record whose attempts ran out.
+pub(crate) enum Decision<'a> {
+    Skip,
+    DeadLetter(&'a DeadLetterWriter),
+    /// Block the partition; `storm` when the storm guard turned a
+    /// dead-letter decision into this.
+    Block { storm: bool },
+}
+
 /// Key of the partition map.
 pub(crate) type PartitionKey = (Arc<str>, i32);
 
 pub(crate) struct Shared {
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
-    pub(crate) retry_initial_backoff: Duration,
-    pub(crate) retry_max_backoff: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) handler_timeout: Option<Duration>,
+    /// The dead-letter writer, with [`OnExhausted::DeadLetter`].
+    pub(crate) dead_letter: Option<DeadLetterWriter>,
+    pub(crate) on_exhausted: OnExhausted,
+    storm_guard: StormGuard,
+    /// Samples of (time, records succeeded, records failed) for the storm
+    /// guard, oldest first; taken by the committer thread.
+    storm_samples: Mutex<VecDeque<(Instant, u64, u64)>>,
+    storm_active: AtomicBool,
     pub(crate) revoke_timeout: Duration,
     pub(crate) event_time_header: Option<String>,
     pub(crate) runtime: Handle,
@@ -63,6 +82,8 @@ pub(crate) struct Counters {
     pub(crate) received: AtomicU64,
     pub(crate) succeeded: AtomicU64,
     pub(crate) failed_attempts: AtomicU64,
+    /// Records whose first attempt failed.
+    pub(crate) records_failed: AtomicU64,
     pub(crate) late_completions: AtomicU64,
     pub(crate) unassigned: AtomicU64,
     pub(crate) commits: AtomicU64,
@@ -73,6 +94,9 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn succeeded(&self) {
         self.succeeded.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_failed(&self) {
+        self.records_failed.fetch_add(1, Ordering::Relaxed);
     }
     pub(crate) fn failed_attempt(&self) {
         self.failed_attempts.fetch_add(1, Ordering::Relaxed);
@@ -85,8 +109,11 @@ impl Counters {
 pub(crate) struct SharedInit {
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
-    pub(crate) retry_initial_backoff: Duration,
-    pub(crate) retry_max_backoff: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) handler_timeout: Option<Duration>,
+    pub(crate) dead_letter: Option<DeadLetterWriter>,
+    pub(crate) on_exhausted: OnExhausted,
+    pub(crate) storm_guard: StormGuard,
     pub(crate) revoke_timeout: Duration,
     pub(crate) event_time_header: Option<String>,
     pub(crate) runtime: Handle,
@@ -101,8 +128,13 @@ impl Shared {
         Shared {
             max_buffered_records: i.max_buffered_records,
             commit_batch_records: i.commit_batch_records,
-            retry_initial_backoff: i.retry_initial_backoff,
-            retry_max_backoff: i.retry_max_backoff,
+            retry: i.retry,
+            handler_timeout: i.handler_timeout,
+            dead_letter: i.dead_letter,
+            on_exhausted: i.on_exhausted,
+            storm_guard: i.storm_guard,
+            storm_samples: Mutex::new(VecDeque::from([(Instant::now(), 0, 0)])),
+            storm_active: AtomicBool::new(false),
             revoke_timeout: i.revoke_timeout,
             event_time_header: i.event_time_header,
             runtime: i.runtime,
@@ -130,8 +162,85 @@ impl Shared {
         self.partitions().values().cloned().collect()
     }
 
-    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
-        backoff(self.retry_initial_backoff, self.retry_max_backoff, attempt)
+    /// What to do with a record whose attempts ran out.
+    pub(crate) fn decide(&self) -> Decision<'_> {
+        match (&self.on_exhausted, &self.dead_letter) {
+            (OnExhausted::SkipAndCommitPast, _) => Decision::Skip,
+            (OnExhausted::DeadLetter(_), Some(writer)) => {
+                if self.storm_tripped() {
+                    Decision::Block { storm: true }
+                } else {
+                    Decision::DeadLetter(writer)
+                }
+            }
+            _ => Decision::Block { storm: false },
+        }
+    }
+
+    /// Takes a storm-guard sample (called about once per commit interval)
+    /// and drops samples older than the window.
+    pub(crate) fn storm_sample(&self) {
+        if !self.storm_guard.enabled {
+            return;
+        }
+        let now = Instant::now();
+        let sample = (
+            now,
+            self.counters.succeeded.load(Ordering::Relaxed),
+            self.counters.records_failed.load(Ordering::Relaxed),
+        );
+        let mut samples = self.storm_samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.push_back(sample);
+        // Keep one sample at or before the window's start as the baseline.
+        while samples.len() > 2 && now.duration_since(samples[1].0) >= self.storm_guard.window {
+            samples.pop_front();
+        }
+    }
+
+    /// `true` while more than the guard's share of the window's records
+    /// failed. Logs and records the transitions.
+    fn storm_tripped(&self) -> bool {
+        let g = &self.storm_guard;
+        if !g.enabled {
+            return false;
+        }
+        let succeeded = self.counters.succeeded.load(Ordering::Relaxed);
+        let failed = self.counters.records_failed.load(Ordering::Relaxed);
+        let (base_ok, base_failed) = {
+            let samples = self.storm_samples.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            samples
+                .iter()
+                .rev()
+                .find(|(t, _, _)| now.duration_since(*t) >= g.window)
+                .or(samples.front())
+                .map(|&(_, ok, f)| (ok, f))
+                .unwrap_or((0, 0))
+        };
+        let ok = succeeded.saturating_sub(base_ok);
+        let bad = failed.saturating_sub(base_failed);
+        let total = ok + bad;
+        let tripped = total >= g.min_records && bad as f64 > g.max_failure_ratio * total as f64;
+        let was = self.storm_active.swap(tripped, Ordering::AcqRel);
+        if tripped != was {
+            self.instruments.storm_guard(tripped);
+            if tripped {
+                tracing::error!(
+                    failed = bad,
+                    finished = total,
+                    window = ?g.window,
+                    max_failure_ratio = g.max_failure_ratio,
+                    "storm guard tripped: too many recent records fail; blocking instead of dead-lettering until the failure share falls"
+                );
+            } else {
+                tracing::warn!(
+                    failed = bad,
+                    finished = total,
+                    "storm guard cleared: dead-lettering resumes"
+                );
+            }
+        }
+        tripped
     }
 
     /// Counts a completion towards the count-triggered commit.

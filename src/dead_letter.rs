@@ -1,0 +1,496 @@
+//! The dead-letter header contract, and reading a dead-lettered record back
+//! for redrive.
+//!
+//! A dead-lettered record keeps the original key, payload and headers, and
+//! gets these headers (with [`DeadLetterHeaders::Native`], every value is
+//! UTF-8 text; integers in decimal):
+//!
+//! | header | value |
+//! |---|---|
+//! | [`TOPIC`] | source topic |
+//! | [`PARTITION`] | source partition |
+//! | [`OFFSET`] | source offset |
+//! | [`TIMESTAMP`] | original record timestamp, ms since the Unix epoch (absent when the record had none) |
+//! | [`TIMESTAMP_TYPE`] | `create_time`, `log_append_time` or `none` |
+//! | [`GROUP`] | consumer group (`group.id`) |
+//! | [`ATTEMPTS`] | handler attempts made |
+//! | [`ERROR_TYPE`] | `handler_error`, `panic`, `timeout` or `permanent` |
+//! | [`ERROR_MESSAGE`] | the last error's message (and its sources), capped at [`DeadLetter::max_error_message_bytes`] |
+//! | [`FIRST_FAILURE`] | first failed attempt, ms since the Unix epoch |
+//! | [`LAST_FAILURE`] | last failed attempt, ms since the Unix epoch |
+//!
+//! With [`DeadLetterHeaders::SpringKafka`], the source fields use Spring
+//! Kafka's names and encodings instead ([`SPRING_TOPIC`], ...: partition as a
+//! 4-byte, offset and timestamp as 8-byte big-endian integers, timestamp type
+//! `CREATE_TIME`/`LOG_APPEND_TIME`, error type in `kafka_dlt-exception-fqcn`);
+//! attempts and failure times keep the native names.
+//!
+//! The dead-letter record's partition is chosen by the producer from the key;
+//! its timestamp is the time it was written.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::failure::{DeadLetter, DeadLetterHeaders};
+use crate::record::{Header, Record, RecordTimestamp};
+
+/// Header: source topic.
+pub const TOPIC: &str = "fresh_consumer.dlt.topic";
+/// Header: source partition.
+pub const PARTITION: &str = "fresh_consumer.dlt.partition";
+/// Header: source offset.
+pub const OFFSET: &str = "fresh_consumer.dlt.offset";
+/// Header: original timestamp, ms since the Unix epoch.
+pub const TIMESTAMP: &str = "fresh_consumer.dlt.timestamp";
+/// Header: original timestamp type.
+pub const TIMESTAMP_TYPE: &str = "fresh_consumer.dlt.timestamp_type";
+/// Header: consumer group.
+pub const GROUP: &str = "fresh_consumer.dlt.group";
+/// Header: handler attempts made.
+pub const ATTEMPTS: &str = "fresh_consumer.dlt.attempts";
+/// Header: failure class.
+pub const ERROR_TYPE: &str = "fresh_consumer.dlt.error.type";
+/// Header: last error message (capped).
+pub const ERROR_MESSAGE: &str = "fresh_consumer.dlt.error.message";
+/// Header: first failure time, ms since the Unix epoch.
+pub const FIRST_FAILURE: &str = "fresh_consumer.dlt.first_failure";
+/// Header: last failure time, ms since the Unix epoch.
+pub const LAST_FAILURE: &str = "fresh_consumer.dlt.last_failure";
+
+/// Spring Kafka header: source topic.
+pub const SPRING_TOPIC: &str = "kafka_dlt-original-topic";
+/// Spring Kafka header: source partition (4-byte big-endian).
+pub const SPRING_PARTITION: &str = "kafka_dlt-original-partition";
+/// Spring Kafka header: source offset (8-byte big-endian).
+pub const SPRING_OFFSET: &str = "kafka_dlt-original-offset";
+/// Spring Kafka header: original timestamp (8-byte big-endian ms).
+pub const SPRING_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
+/// Spring Kafka header: `CREATE_TIME`, `LOG_APPEND_TIME` or `NO_TIMESTAMP_TYPE`.
+pub const SPRING_TIMESTAMP_TYPE: &str = "kafka_dlt-original-timestamp-type";
+/// Spring Kafka header: consumer group.
+pub const SPRING_GROUP: &str = "kafka_dlt-original-consumer-group";
+/// Spring Kafka header: exception class; here the failure class.
+pub const SPRING_EXCEPTION_FQCN: &str = "kafka_dlt-exception-fqcn";
+/// Spring Kafka header: exception message.
+pub const SPRING_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+
+/// Why a record failed, carried into the dead-letter headers.
+#[derive(Clone, Debug)]
+pub(crate) struct FailureInfo {
+    pub(crate) attempts: u32,
+    pub(crate) error_type: &'static str,
+    pub(crate) error_message: String,
+    pub(crate) first_failure: SystemTime,
+    pub(crate) last_failure: SystemTime,
+}
+
+fn ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+fn cap(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Writes exhausted records to their dead-letter topic and waits for the
+/// broker's acknowledgement.
+pub(crate) struct DeadLetterWriter {
+    producer: FutureProducer,
+    config: DeadLetter,
+    group: String,
+}
+
+/// Consumer properties the dead-letter producer inherits.
+fn inherited(key: &str) -> bool {
+    key == "bootstrap.servers"
+        || key == "metadata.broker.list"
+        || key == "client.id"
+        || key == "client.rack"
+        || key == "broker.address.family"
+        || key.starts_with("security.")
+        || key.starts_with("sasl.")
+        || key.starts_with("ssl.")
+        || key.starts_with("ssl_")
+        || key.starts_with("enable.ssl")
+        || key.starts_with("enable.sasl")
+        || key.starts_with("socket.")
+}
+
+impl DeadLetterWriter {
+    pub(crate) fn producer_config(
+        consumer_properties: &[(String, String)],
+        config: &DeadLetter,
+    ) -> ClientConfig {
+        let mut cc = ClientConfig::new();
+        for (k, v) in consumer_properties.iter().filter(|(k, _)| inherited(k)) {
+            cc.set(k, v);
+        }
+        cc.set("acks", "all");
+        cc.set("enable.idempotence", "true");
+        for (k, v) in &config.producer_properties {
+            cc.set(k, v);
+        }
+        cc
+    }
+
+    pub(crate) fn new(producer: FutureProducer, config: DeadLetter, group: String) -> Self {
+        DeadLetterWriter {
+            producer,
+            config,
+            group,
+        }
+    }
+
+    /// The dead-letter topic for records of `source`.
+    pub(crate) fn topic_for(&self, source: &str) -> String {
+        self.config.topic_for(source)
+    }
+
+    /// Writes `record` to its dead-letter topic and waits for the
+    /// acknowledgement (`acks=all`).
+    pub(crate) async fn park(
+        &self,
+        record: &Record,
+        topic: &str,
+        failure: &FailureInfo,
+    ) -> Result<(), KafkaError> {
+        let headers = self.headers(record, failure);
+        let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        if let Some(k) = record.key() {
+            r = r.key(k);
+        }
+        if let Some(p) = record.payload() {
+            r = r.payload(p);
+        }
+        self.producer
+            .send(r, Duration::from_secs(0))
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| e)
+    }
+
+    fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
+        let mut h = OwnedHeaders::new_with_capacity(record.headers().len() + 11);
+        for orig in record.headers() {
+            h = h.insert(KafkaHeader {
+                key: &orig.name,
+                value: orig.value.as_deref(),
+            });
+        }
+        let text = |h: OwnedHeaders, key: &str, value: &str| {
+            h.insert(KafkaHeader {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        };
+        let message = cap(&f.error_message, self.config.max_error_message_bytes);
+        let ts = record.timestamp();
+        match self.config.headers {
+            DeadLetterHeaders::Native => {
+                h = text(h, TOPIC, record.topic());
+                h = text(h, PARTITION, &record.partition().to_string());
+                h = text(h, OFFSET, &record.offset().to_string());
+                if let Some(ms) = ts.millis() {
+                    h = text(h, TIMESTAMP, &ms.to_string());
+                }
+                h = text(h, TIMESTAMP_TYPE, ts.type_name());
+                h = text(h, GROUP, &self.group);
+                h = text(h, ERROR_TYPE, f.error_type);
+                h = text(h, ERROR_MESSAGE, message);
+            }
+            DeadLetterHeaders::SpringKafka => {
+                let spring_type = match ts {
+                    RecordTimestamp::CreateTime(_) => "CREATE_TIME",
+                    RecordTimestamp::LogAppendTime(_) => "LOG_APPEND_TIME",
+                    RecordTimestamp::NotAvailable => "NO_TIMESTAMP_TYPE",
+                };
+                h = text(h, SPRING_TOPIC, record.topic());
+                h = h.insert(KafkaHeader {
+                    key: SPRING_PARTITION,
+                    value: Some(&record.partition().to_be_bytes()),
+                });
+                h = h.insert(KafkaHeader {
+                    key: SPRING_OFFSET,
+                    value: Some(&record.offset().to_be_bytes()),
+                });
+                h = h.insert(KafkaHeader {
+                    key: SPRING_TIMESTAMP,
+                    value: Some(&ts.millis().unwrap_or(-1).to_be_bytes()),
+                });
+                h = text(h, SPRING_TIMESTAMP_TYPE, spring_type);
+                h = text(h, SPRING_GROUP, &self.group);
+                h = text(h, SPRING_EXCEPTION_FQCN, f.error_type);
+                h = text(h, SPRING_EXCEPTION_MESSAGE, message);
+            }
+        }
+        h = text(h, ATTEMPTS, &f.attempts.to_string());
+        h = text(h, FIRST_FAILURE, &ms(f.first_failure).to_string());
+        text(h, LAST_FAILURE, &ms(f.last_failure).to_string())
+    }
+}
+
+/// A dead-lettered record read back, for redrive: where it came from, why it
+/// failed, and the original key, payload and headers.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeadLetterRecord {
+    /// Source topic.
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// Source offset.
+    pub offset: i64,
+    /// Original timestamp.
+    pub timestamp: RecordTimestamp,
+    /// Consumer group that gave the record up.
+    pub group: Option<String>,
+    /// Handler attempts made.
+    pub attempts: Option<u32>,
+    /// Failure class (`handler_error`, `panic`, `timeout`, `permanent`).
+    pub error_type: Option<String>,
+    /// Last error message (capped).
+    pub error_message: Option<String>,
+    /// The original key.
+    pub key: Option<Vec<u8>>,
+    /// The original payload.
+    pub payload: Option<Vec<u8>>,
+    /// The original headers, without the dead-letter headers.
+    pub headers: Vec<Header>,
+}
+
+/// A record that is not a readable dead-letter record.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("not a dead-letter record: header `{header}` {problem}")]
+pub struct NotDeadLetter {
+    /// The header that is missing or malformed.
+    pub header: &'static str,
+    /// What is wrong with it.
+    pub problem: &'static str,
+}
+
+impl DeadLetterRecord {
+    /// Reads the dead-letter headers of `record` (either header style).
+    ///
+    /// # Errors
+    /// [`NotDeadLetter`] when the source topic, partition or offset header is
+    /// missing or malformed.
+    pub fn from_record(record: &Record) -> Result<Self, NotDeadLetter> {
+        let get = |name: &str| record.header(name).flatten();
+        let text = |name: &str| get(name).and_then(|v| std::str::from_utf8(v).ok());
+        let num = |name: &'static str| -> Result<Option<i64>, NotDeadLetter> {
+            match text(name) {
+                None => Ok(None),
+                Some(s) => s.parse().map(Some).map_err(|_| NotDeadLetter {
+                    header: name,
+                    problem: "is not a decimal integer",
+                }),
+            }
+        };
+        let spring = get(SPRING_TOPIC).is_some();
+        let (topic, partition, offset, timestamp, group, error_type, error_message);
+        if spring {
+            let be = |name: &'static str, len: usize| -> Result<i64, NotDeadLetter> {
+                let v = get(name).ok_or(NotDeadLetter {
+                    header: name,
+                    problem: "is missing",
+                })?;
+                match (len, v.len()) {
+                    (4, 4) => Ok(i32::from_be_bytes(v.try_into().unwrap()) as i64),
+                    (8, 8) => Ok(i64::from_be_bytes(v.try_into().unwrap())),
+                    _ => Err(NotDeadLetter {
+                        header: name,
+                        problem: "has the wrong length",
+                    }),
+                }
+            };
+            topic = text(SPRING_TOPIC).unwrap_or_default().to_owned();
+            partition = be(SPRING_PARTITION, 4)? as i32;
+            offset = be(SPRING_OFFSET, 8)?;
+            let ts = be(SPRING_TIMESTAMP, 8).unwrap_or(-1);
+            timestamp = match text(SPRING_TIMESTAMP_TYPE) {
+                Some("CREATE_TIME") if ts >= 0 => RecordTimestamp::CreateTime(ts),
+                Some("LOG_APPEND_TIME") if ts >= 0 => RecordTimestamp::LogAppendTime(ts),
+                _ => RecordTimestamp::NotAvailable,
+            };
+            group = text(SPRING_GROUP).map(str::to_owned);
+            error_type = text(SPRING_EXCEPTION_FQCN).map(str::to_owned);
+            error_message = text(SPRING_EXCEPTION_MESSAGE).map(str::to_owned);
+        } else {
+            topic = text(TOPIC)
+                .ok_or(NotDeadLetter {
+                    header: TOPIC,
+                    problem: "is missing",
+                })?
+                .to_owned();
+            partition = num(PARTITION)?.ok_or(NotDeadLetter {
+                header: PARTITION,
+                problem: "is missing",
+            })? as i32;
+            offset = num(OFFSET)?.ok_or(NotDeadLetter {
+                header: OFFSET,
+                problem: "is missing",
+            })?;
+            let ts = num(TIMESTAMP)?;
+            timestamp = match (text(TIMESTAMP_TYPE), ts) {
+                (Some("create_time"), Some(ms)) => RecordTimestamp::CreateTime(ms),
+                (Some("log_append_time"), Some(ms)) => RecordTimestamp::LogAppendTime(ms),
+                _ => RecordTimestamp::NotAvailable,
+            };
+            group = text(GROUP).map(str::to_owned);
+            error_type = text(ERROR_TYPE).map(str::to_owned);
+            error_message = text(ERROR_MESSAGE).map(str::to_owned);
+        }
+        if topic.is_empty() {
+            return Err(NotDeadLetter {
+                header: if spring { SPRING_TOPIC } else { TOPIC },
+                problem: "is empty",
+            });
+        }
+        let attempts = num(ATTEMPTS)?.map(|a| a as u32);
+        let ours = [
+            TOPIC,
+            PARTITION,
+            OFFSET,
+            TIMESTAMP,
+            TIMESTAMP_TYPE,
+            GROUP,
+            ATTEMPTS,
+            ERROR_TYPE,
+            ERROR_MESSAGE,
+            FIRST_FAILURE,
+            LAST_FAILURE,
+            SPRING_TOPIC,
+            SPRING_PARTITION,
+            SPRING_OFFSET,
+            SPRING_TIMESTAMP,
+            SPRING_TIMESTAMP_TYPE,
+            SPRING_GROUP,
+            SPRING_EXCEPTION_FQCN,
+            SPRING_EXCEPTION_MESSAGE,
+        ];
+        let headers = record
+            .headers()
+            .iter()
+            .filter(|h| !ours.contains(&h.name.as_str()))
+            .cloned()
+            .collect();
+        Ok(DeadLetterRecord {
+            topic,
+            partition,
+            offset,
+            timestamp,
+            group,
+            attempts,
+            error_type,
+            error_message,
+            key: record.key().map(<[u8]>::to_vec),
+            payload: record.payload().map(<[u8]>::to_vec),
+            headers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> FailureInfo {
+        FailureInfo {
+            attempts: 4,
+            error_type: "handler_error",
+            error_message: "é".repeat(600),
+            first_failure: UNIX_EPOCH + Duration::from_millis(1_000),
+            last_failure: UNIX_EPOCH + Duration::from_millis(2_000),
+        }
+    }
+
+    fn to_record(h: OwnedHeaders, key: &[u8], payload: &[u8]) -> Record {
+        use rdkafka::message::Headers;
+        let mut r = Record::new("src.dlt", 0, 9)
+            .with_key(key.to_vec())
+            .with_payload(payload.to_vec());
+        for x in h.iter() {
+            r = r.with_header(x.key, x.value.map(<[u8]>::to_vec));
+        }
+        r
+    }
+
+    fn writer(style: DeadLetterHeaders) -> DeadLetterWriter {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        DeadLetterWriter::new(
+            producer,
+            DeadLetter::new().headers(style).max_error_message_bytes(101),
+            "g1".into(),
+        )
+    }
+
+    #[test]
+    fn headers_round_trip_in_both_styles() {
+        let original = Record::new("orders", 3, 386)
+            .with_key(b"k".to_vec())
+            .with_payload(b"p".to_vec())
+            .with_header("trace", Some(b"abc".to_vec()))
+            .with_timestamp(RecordTimestamp::CreateTime(1_700_000_000_000));
+        for style in [DeadLetterHeaders::Native, DeadLetterHeaders::SpringKafka] {
+            let w = writer(style);
+            let h = w.headers(&original, &info());
+            let parked = to_record(h, b"k", b"p");
+            let d = DeadLetterRecord::from_record(&parked).unwrap();
+            assert_eq!(d.topic, "orders");
+            assert_eq!(d.partition, 3);
+            assert_eq!(d.offset, 386);
+            assert_eq!(d.timestamp, RecordTimestamp::CreateTime(1_700_000_000_000));
+            assert_eq!(d.group.as_deref(), Some("g1"));
+            assert_eq!(d.attempts, Some(4));
+            assert_eq!(d.error_type.as_deref(), Some("handler_error"));
+            // Capped at 101 bytes, cut back to a character boundary.
+            assert_eq!(d.error_message.as_deref().unwrap().len(), 100);
+            assert_eq!(d.key.as_deref(), Some(&b"k"[..]));
+            assert_eq!(
+                d.headers,
+                vec![Header {
+                    name: "trace".into(),
+                    value: Some(b"abc".to_vec())
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_plain_record_is_not_a_dead_letter() {
+        let e = DeadLetterRecord::from_record(&Record::new("t", 0, 0)).unwrap_err();
+        assert_eq!(e.header, TOPIC);
+    }
+
+    #[test]
+    fn the_producer_inherits_security_but_not_consumer_settings() {
+        let props = vec![
+            ("bootstrap.servers".to_owned(), "b:9092".to_owned()),
+            ("sasl.password".to_owned(), "pw".to_owned()),
+            ("session.timeout.ms".to_owned(), "6000".to_owned()),
+        ];
+        let cc = DeadLetterWriter::producer_config(&props, &DeadLetter::new());
+        assert_eq!(cc.get("bootstrap.servers"), Some("b:9092"));
+        assert_eq!(cc.get("sasl.password"), Some("pw"));
+        assert_eq!(cc.get("session.timeout.ms"), None);
+        assert_eq!(cc.get("acks"), Some("all"));
+        assert_eq!(cc.get("enable.idempotence"), Some("true"));
+    }
+}
