@@ -311,6 +311,10 @@ pub(crate) fn kafka_error_name_of(e: &rdkafka::error::KafkaError) -> String {
         .unwrap_or_else(|| "_OTHER".to_owned())
 }
 
+/// (partition attributes + dead-letter topic, attributes of the sends to the
+/// dead-letter topic).
+type DeadLetterAttrs = (Box<[KeyValue]>, Box<[KeyValue]>);
+
 /// Instruments with one partition's attribute sets, built on assignment.
 pub(crate) struct PartitionInstruments {
     i: Instruments,
@@ -325,7 +329,7 @@ pub(crate) struct PartitionInstruments {
     process_timeout: Box<[KeyValue]>,
     /// Dead-letter attributes: (partition attributes + dead-letter topic,
     /// attributes of the sends to the dead-letter topic).
-    dead_letter: Option<(Box<[KeyValue]>, Box<[KeyValue]>)>,
+    dead_letter: Option<DeadLetterAttrs>,
 }
 
 impl PartitionInstruments {
