@@ -1,0 +1,410 @@
+//! A consumer process killed with SIGKILL mid-stream, then restarted: nothing
+//! is lost, the dead process had committed nothing it had not handled, and
+//! the restarted one redoes only records that were not committed.
+//!
+//! The test binary re-executes itself: `child_consumer` acts as the consumer
+//! process when `FRESH_CHILD_BOOTSTRAP` is set (and passes as a no-op
+//! otherwise). The child runs a `FreshConsumer` against the parent's cluster
+//! (the mock broker listens on loopback TCP, reachable from another process)
+//! and appends `partition offset` lines to a file as its handler succeeds. It
+//! stops gracefully when its stdin closes.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fresh_consumer::{FreshConsumer, Record};
+use support::kafka::{TestCluster, init_logs, unique, wait_until};
+
+const CHILD_BOOTSTRAP: &str = "FRESH_CHILD_BOOTSTRAP";
+const CHILD_TOPIC: &str = "FRESH_CHILD_TOPIC";
+const CHILD_GROUP: &str = "FRESH_CHILD_GROUP";
+const CHILD_OUT: &str = "FRESH_CHILD_OUT";
+const CHILD_DELAY_MS: &str = "FRESH_CHILD_DELAY_MS";
+const CHILD_SESSION_MS: &str = "FRESH_CHILD_SESSION_MS";
+
+const PARTITIONS: i32 = 3;
+const PER_PARTITION: usize = 1_000;
+/// The first child's time per record: about 1 s per 330 records and
+/// partition, so the kill lands early in the stream.
+const SLOW_MS: u64 = 3;
+/// Lines the first child must have written before it is killed.
+const KILL_AFTER_LINES: usize = 600;
+
+/// The consumer process. A no-op unless started by `killed_mid_stream_and_restarted`.
+#[test]
+fn child_consumer() {
+    let Ok(bootstrap) = std::env::var(CHILD_BOOTSTRAP) else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
+    let topic = var(CHILD_TOPIC);
+    let group = var(CHILD_GROUP);
+    let out = var(CHILD_OUT);
+    let delay = Duration::from_millis(var(CHILD_DELAY_MS).parse().expect("delay in ms"));
+    let session_ms: u64 = var(CHILD_SESSION_MS)
+        .parse()
+        .expect("session timeout in ms");
+    init_logs();
+
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&out)
+        .expect("output file");
+    let file = Arc::new(Mutex::new(file));
+    let handler = move |r: Record| {
+        let file = Arc::clone(&file);
+        async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            // One write per line: a kill never leaves half a line behind a
+            // record that was not reported done.
+            let line = format!("{} {}\n", r.partition(), r.offset());
+            let mut f = file.lock().unwrap();
+            f.write_all(line.as_bytes())?;
+            f.flush()?;
+            Ok::<(), std::io::Error>(())
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let summary = runtime
+        .block_on(
+            child_settings(
+                FreshConsumer::new(handler),
+                &bootstrap,
+                &group,
+                &topic,
+                session_ms,
+            )
+            .run_until(async {
+                // Runs until the parent closes our stdin (or dies).
+                let _ = tokio::task::spawn_blocking(|| {
+                    let mut sink = Vec::new();
+                    std::io::stdin().read_to_end(&mut sink)
+                })
+                .await;
+            }),
+        )
+        .expect("the child consumer ran without a fatal error");
+    eprintln!("child summary: {summary:?}");
+}
+
+/// The test cluster's fast settings, with a short session so the killed
+/// member leaves the group quickly (the mock broker waits
+/// `session.timeout.ms - 1 s` for members at each membership change).
+fn child_settings<H: fresh_consumer::Handler>(
+    c: FreshConsumer<H>,
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    session_ms: u64,
+) -> FreshConsumer<H> {
+    c.bootstrap_servers(bootstrap)
+        .group_id(group)
+        .topics([topic])
+        .set("session.timeout.ms", session_ms.to_string())
+        .set("heartbeat.interval.ms", (session_ms / 10).to_string())
+        .set("fetch.wait.max.ms", "10")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .commit_interval(Duration::from_millis(50))
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .revoke_timeout(Duration::from_secs(1))
+        .shutdown_timeout(Duration::from_secs(10))
+}
+
+/// A child consumer process, killed when dropped; its output and logs are
+/// printed when the test fails.
+struct ChildProcess {
+    name: &'static str,
+    child: Child,
+    out: PathBuf,
+    log: PathBuf,
+}
+
+impl ChildProcess {
+    fn spawn(
+        name: &'static str,
+        dir: &Path,
+        cluster: &TestCluster,
+        group: &str,
+        topic: &str,
+        delay_ms: u64,
+    ) -> Self {
+        let out = dir.join(format!("{name}.out"));
+        let log = dir.join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log).expect("child log");
+        let child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "child_consumer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_BOOTSTRAP, cluster.bootstrap())
+            .env(CHILD_TOPIC, topic)
+            .env(CHILD_GROUP, group)
+            .env(CHILD_OUT, &out)
+            .env(CHILD_DELAY_MS, delay_ms.to_string())
+            // Short, so the killed member leaves the group soon; a real broker
+            // refuses less than group.min.session.timeout.ms (6 s by default).
+            .env(
+                CHILD_SESSION_MS,
+                if cluster.is_real() { "6000" } else { "2000" },
+            )
+            .stdin(Stdio::piped())
+            .stdout(log_file.try_clone().expect("log handle"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn the child consumer");
+        ChildProcess {
+            name,
+            child,
+            out,
+            log,
+        }
+    }
+
+    /// Panics with the child's log when it has exited.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait") {
+            panic!(
+                "{} exited early ({status}):\n{}",
+                self.name,
+                self.log_text()
+            );
+        }
+    }
+
+    fn lines(&self) -> usize {
+        std::fs::read(&self.out)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0)
+    }
+
+    /// Every complete `partition offset` line, in file order.
+    fn handled(&self) -> Vec<(i32, i64)> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let complete = match text.rfind('\n') {
+            Some(i) => &text[..=i],
+            None => "",
+        };
+        complete
+            .lines()
+            .map(|l| {
+                let mut it = l.split(' ');
+                let p = it.next().and_then(|s| s.parse().ok());
+                let o = it.next().and_then(|s| s.parse().ok());
+                match (p, o) {
+                    (Some(p), Some(o)) => (p, o),
+                    _ => panic!("{}: malformed line {l:?}", self.name),
+                }
+            })
+            .collect()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!(
+                "--- {} ({} lines of output), last log lines:\n{}",
+                self.name,
+                self.lines(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_stream_and_restarted() {
+    init_logs();
+    let began = Instant::now();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("crash", PARTITIONS).await;
+    let group = unique("g-crash");
+    cluster
+        .produce_many(&topic, PARTITIONS, PER_PARTITION)
+        .await;
+    let high = cluster.high_watermarks(&topic, PARTITIONS).await;
+    assert_eq!(high, vec![PER_PARTITION as i64; PARTITIONS as usize]);
+    let dir = std::env::temp_dir().join(unique("fresh-crash"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+
+    // 1. The first process, slow, killed mid-stream.
+    let mut first = ChildProcess::spawn("child-1", &dir, &cluster, &group, &topic, SLOW_MS);
+    wait_until(
+        Duration::from_secs(20),
+        "the first child handled some hundreds of records",
+        || {
+            first.assert_running();
+            let n = first.lines();
+            async move { n >= KILL_AFTER_LINES }
+        },
+    )
+    .await;
+    first.child.kill().expect("SIGKILL the first child");
+    let status = first.child.wait().expect("reap the first child");
+    let killed_at = began.elapsed();
+    assert!(
+        !status.success(),
+        "the first child was not killed: {status}"
+    );
+    // Read after the kill: the dead process commits nothing more, so this is
+    // the tightest sound bound. (A commit it had already written to its
+    // socket may still land, moving the offset further forward: the bound
+    // then errs on the safe side, since committed offsets only grow.)
+    let at_kill = cluster.committed(&group, &topic, PARTITIONS).await;
+    let handled_1 = first.handled();
+    let seen_1: BTreeSet<(i32, i64)> = handled_1.iter().copied().collect();
+    eprintln!(
+        "killed after {killed_at:?}: {} lines, committed {at_kill:?}",
+        handled_1.len()
+    );
+    // Commit only past handled work, even at a crash: everything below the
+    // committed offset was handled by the dead process.
+    for p in 0..PARTITIONS {
+        let unhandled: Vec<i64> = (0..at_kill[p as usize])
+            .filter(|&o| !seen_1.contains(&(p, o)))
+            .collect();
+        assert!(
+            unhandled.is_empty(),
+            "partition {p}: committed {} but offsets {:?} were never handled",
+            at_kill[p as usize],
+            &unhandled[..unhandled.len().min(10)]
+        );
+    }
+    // The kill landed mid-stream, after some commits (else the test proves
+    // little).
+    assert!(
+        at_kill.iter().all(|&c| c > 0),
+        "the first child committed nothing on some partition before the kill: {at_kill:?}"
+    );
+    assert!(
+        at_kill.iter().zip(&high).any(|(c, h)| c < h),
+        "the kill did not land mid-stream: committed {at_kill:?}"
+    );
+    // 2. The restarted process, fast, runs until everything was handled.
+    let mut second = ChildProcess::spawn("child-2", &dir, &cluster, &group, &topic, 0);
+    let all: BTreeSet<(i32, i64)> = (0..PARTITIONS)
+        .flat_map(|p| (0..high[p as usize]).map(move |o| (p, o)))
+        .collect();
+    wait_until(
+        Duration::from_secs(30),
+        "every record handled by one child or the other",
+        || {
+            second.assert_running();
+            let seen: BTreeSet<(i32, i64)> = second.handled().into_iter().collect();
+            let done = all.iter().all(|k| seen_1.contains(k) || seen.contains(k));
+            async move { done }
+        },
+    )
+    .await;
+    // Close its stdin: it shuts down gracefully, committing what it did.
+    drop(second.child.stdin.take());
+    wait_until(Duration::from_secs(20), "the second child exited", || {
+        let exited = second.child.try_wait().expect("try_wait").is_some();
+        async move { exited }
+    })
+    .await;
+    let status = second.child.wait().expect("second child status");
+    assert!(
+        status.success(),
+        "the second child failed ({status}):\n{}",
+        second.log_text()
+    );
+    let handled_2 = second.handled();
+    let committed = cluster.committed(&group, &topic, PARTITIONS).await;
+
+    // Every record handled at least once.
+    let mut times: BTreeMap<(i32, i64), (u32, u32)> = BTreeMap::new();
+    for k in &handled_1 {
+        times.entry(*k).or_default().0 += 1;
+    }
+    for k in &handled_2 {
+        times.entry(*k).or_default().1 += 1;
+    }
+    let missing: Vec<&(i32, i64)> = all.iter().filter(|k| !times.contains_key(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "never handled: {:?}",
+        &missing[..missing.len().min(10)]
+    );
+    assert_eq!(
+        times.len(),
+        all.len(),
+        "handled records that were never produced"
+    );
+
+    // Duplicates only among records that were not committed at the kill.
+    let duplicates: Vec<((i32, i64), (u32, u32))> = times
+        .iter()
+        .filter(|(_, (a, b))| a + b > 1)
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    let bad: Vec<_> = duplicates
+        .iter()
+        .filter(|((p, o), _)| *o < at_kill[*p as usize])
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "records committed before the kill were handled again: {:?}",
+        &bad[..bad.len().min(10)]
+    );
+    // The restarted process started at the committed offsets: it redid no
+    // committed work at all.
+    for p in 0..PARTITIONS {
+        let first_2 = handled_2
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, o)| *o)
+            .min();
+        if let Some(first_2) = first_2 {
+            assert!(
+                first_2 >= at_kill[p as usize],
+                "partition {p}: the second child started at {first_2}, below the committed {}",
+                at_kill[p as usize]
+            );
+        }
+    }
+
+    // The final committed offsets are the high watermarks.
+    assert_eq!(committed, high, "final committed offsets");
+    eprintln!(
+        "done after {:?}: child 1 handled {}, child 2 handled {}, {} duplicates (all at or above \
+         the committed offsets at the kill {at_kill:?}; child 1's last handled per partition {:?})",
+        began.elapsed(),
+        handled_1.len(),
+        handled_2.len(),
+        duplicates.len(),
+        (0..PARTITIONS)
+            .map(|p| handled_1
+                .iter()
+                .filter(|(q, _)| *q == p)
+                .map(|(_, o)| *o)
+                .max())
+            .collect::<Vec<_>>()
+    );
+    drop(first);
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
