@@ -84,6 +84,9 @@ pub(crate) struct Settings {
     pub(crate) meter: Option<Meter>,
     pub(crate) meter_provider: Option<SdkMeterProvider>,
     pub(crate) event_time_header: Option<String>,
+    /// Partition health: the handle's hub, thresholds, retention-overrun
+    /// policy, statistics interval (builder methods in `crate::health`).
+    pub(crate) health: crate::health::HealthSettings,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -95,6 +98,7 @@ pub(crate) struct Validated {
     /// Text to redact from librdkafka's log lines and errors: see
     /// [`secret_fragments`].
     pub(crate) secrets: Vec<String>,
+    pub(crate) health: crate::health::HealthConfig,
 }
 
 impl<H> FreshConsumer<H> {
@@ -124,6 +128,7 @@ impl<H> FreshConsumer<H> {
                 meter: None,
                 meter_provider: None,
                 event_time_header: None,
+                health: crate::health::HealthSettings::default(),
             },
         }
     }
@@ -161,7 +166,13 @@ impl<H> FreshConsumer<H> {
     /// `enable.auto.offset.store=false` itself; setting either to `true` is a
     /// [`ConfigError::AutoCommit`]. Unless set here, `auto.offset.reset` is
     /// `earliest` (a new group starts at the log start offset, so nothing is
-    /// skipped) rather than librdkafka's `latest`.
+    /// skipped) rather than librdkafka's `latest`. It only decides where a
+    /// partition the group has **no** committed offset for starts
+    /// (`earliest`, `latest` or `error`): an out-of-range offset follows
+    /// [`retention_overrun_policy`](Self::retention_overrun_policy), and
+    /// librdkafka itself runs with `auto.offset.reset=error`. Unless set
+    /// here or with [`statistics_interval`](Self::statistics_interval),
+    /// `statistics.interval.ms` is 1000.
     pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         let key = key.into();
         let value = value.into();
@@ -375,7 +386,10 @@ impl Settings {
         if let OnExhausted::DeadLetter(dl) = &self.on_exhausted
             && dl.topic.as_deref().is_some_and(|t| t.trim().is_empty())
         {
-            return Err(invalid("on_exhausted", "dead-letter topic must not be empty"));
+            return Err(invalid(
+                "on_exhausted",
+                "dead-letter topic must not be empty",
+            ));
         }
         if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
             return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
@@ -397,6 +411,13 @@ impl Settings {
         cc.set("group.id", &group_id);
         cc.set("enable.auto.commit", "false");
         cc.set("enable.auto.offset.store", "false");
+        // The library decides offset resets (auto.offset.reset=error for
+        // librdkafka) and reads librdkafka's statistics.
+        let health = self.health.configure(
+            &mut cc,
+            prop("auto.offset.reset"),
+            prop("statistics.interval.ms"),
+        )?;
         // Let librdkafka parse every property now, before any client exists.
         cc.create_native_config().map_err(redact_config_error)?;
 
@@ -421,6 +442,7 @@ impl Settings {
             topics: self.topics.clone(),
             max_poll_interval,
             secrets: secret_fragments(&self.properties),
+            health,
         })
     }
 }

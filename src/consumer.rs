@@ -78,6 +78,11 @@ impl<H: Handler> FreshConsumer<H> {
             (None, None) => opentelemetry::global::meter_with_scope(scope()),
         };
         let instruments = Instruments::new(&meter, &validated.group_id);
+        // Partition health: its hub exists since the builder (for handles
+        // taken before the run); it reports `Stopped` once this returns.
+        let health = Arc::clone(&settings.health.hub);
+        let _health_run = crate::health::RunGuard::new(&health);
+        health.register_instruments(&meter, &validated.group_id);
         let dead_letter = match &settings.on_exhausted {
             OnExhausted::DeadLetter(config) => {
                 let properties: Vec<(String, String)> = validated
@@ -86,14 +91,15 @@ impl<H: Handler> FreshConsumer<H> {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect();
-                let producer = DeadLetterWriter::producer_config(&properties, config)
-                    .create()
-                    .map_err(RunError::Client)?;
-                Some(DeadLetterWriter::new(
-                    producer,
-                    config.clone(),
-                    validated.group_id.clone(),
-                ))
+                let producer_config = DeadLetterWriter::producer_config(&properties, config);
+                Some(
+                    DeadLetterWriter::new(
+                        producer_config,
+                        config.clone(),
+                        validated.group_id.clone(),
+                    )
+                    .map_err(RunError::Client)?,
+                )
             }
             _ => None,
         };
@@ -114,6 +120,7 @@ impl<H: Handler> FreshConsumer<H> {
             commit_tx,
             ctrl_tx,
             poll_clock: PollClock::new(),
+            health: Arc::clone(&health),
         }));
         let ctx = Ctx {
             shared: Arc::clone(&shared),
@@ -149,6 +156,14 @@ impl<H: Handler> FreshConsumer<H> {
             Arc::clone(&watchdog_stop),
         )
         .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?;
+        health.start(
+            &shared,
+            validated.health.clone(),
+            warn_after,
+            validated.max_poll_interval,
+        );
+        crate::health::spawn(&shared, Arc::downgrade(&consumer))
+            .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?;
 
         let engine = Engine {
             consumer,
@@ -265,6 +280,15 @@ impl<H: Handler> Engine<H> {
 
     fn on_error(&mut self, e: KafkaError) -> Option<KafkaError> {
         match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                // An offset out of range (librdkafka runs with
+                // auto.offset.reset=error): librdkafka stopped that
+                // partition's fetcher, the health thread decides and
+                // restarts it (see `crate::reset`).
+                tracing::debug!(error = %e, "offset out of range; handled by the library");
+                self.shared.health.offset_reset_error();
+                None
+            }
             Some(RDKafkaErrorCode::PollExceeded) => {
                 self.shared.instruments.poll_exceeded();
                 tracing::error!(
@@ -505,11 +529,19 @@ fn dispatch<H: Handler>(
     let state = &slot.state;
     state.metrics.consumed();
     let record = Record::from_message(&state.topic, &message);
-    state
+    // The event time is kept with the offset for the head-of-line age. A
+    // record at or below the last delivered offset was fetched again after
+    // the library restarted the partition (an offset reset): its worker has
+    // it already.
+    let event_ms = crate::health::event_time_ms(shared.event_time_header.as_deref(), &record);
+    let first_delivery = state
         .tracker
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .delivered(record.offset());
+        .delivered_at(record.offset(), event_ms);
+    if !first_delivery {
+        return;
+    }
     if !slot.overflow.is_empty() {
         slot.overflow.push_back(record);
         return;

@@ -1,19 +1,22 @@
-//! librdkafka's callbacks: rebalances, errors and logs.
+//! librdkafka's callbacks: rebalances, errors, logs and statistics.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdkafka::TopicPartitionList;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Statistics, TopicPartitionList};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::commit::CommitCmd;
 use crate::handler::Handler;
+use crate::health::RebalanceKind;
 use crate::partition::PartitionState;
+use crate::reset::Plan;
 use crate::shared::Shared;
 
 /// The consumer context: owns nothing but handles to the shared state.
@@ -60,28 +63,119 @@ impl<H: Handler> ClientContext for Ctx<H> {
 
     fn error(&self, error: KafkaError, reason: &str) {
         let reason = redact(&self.secrets, reason);
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PollExceeded) {
-            // Also returned by the consumer's poll, where it is counted once.
-            tracing::debug!(%reason, "librdkafka: max.poll.interval.ms exceeded");
-            return;
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PollExceeded) => {
+                // Also returned by the consumer's poll, where it is counted once.
+                self.shared.health.poll_exceeded();
+                tracing::debug!(%reason, "librdkafka: max.poll.interval.ms exceeded");
+            }
+            Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                // A partition's offset is out of range and librdkafka
+                // (auto.offset.reset=error) stopped its fetcher; the reason
+                // does not say which partition. The library handles it.
+                self.shared.health.offset_reset_error();
+                tracing::debug!(%reason, "librdkafka: offset out of range");
+            }
+            _ => tracing::warn!(error = %error, %reason, "librdkafka error"),
         }
-        tracing::warn!(error = %error, %reason, "librdkafka error");
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        crate::stats::ingest(&self.shared, &statistics);
     }
 }
 
 impl<H: Handler> ConsumerContext for Ctx<H> {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Revoke(tpl) => self.on_revoke(tpl, consumer.assignment_lost()),
-            Rebalance::Assign(_) => {}
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+    /// rdkafka's default rebalance, plus the library's own steps: on
+    /// assign, each partition's start offset is decided before librdkafka
+    /// fetches (see `crate::reset`); on revoke, running handlers finish and
+    /// completed offsets are committed before the partitions go.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let health = &self.shared.health;
+        // A restart of stopped partitions (the health thread, rare) never
+        // interleaves with this; it may hold the lock for a few broker
+        // round trips, so wait for it off the async worker.
+        let _assigning = if this_thread() == Thread::MultiThreadWorker {
+            tokio::task::block_in_place(|| health.assign_lock())
+        } else {
+            health.assign_lock()
+        };
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let plan = if self.shared.closing.load(Ordering::Acquire) {
+                    None
+                } else {
+                    self.plan(consumer, tpl)
+                };
+                if let Some(plan) = &plan {
+                    plan.apply(tpl);
+                }
+                let assigned = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = assigned {
+                    tracing::warn!(error = %e, partitions = %describe(tpl), "assigning partitions failed");
+                }
+                health.rebalance(RebalanceKind::Assigned);
+                self.on_assign(consumer, tpl, plan.as_ref());
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let lost = consumer.assignment_lost();
+                health.rebalance(if lost {
+                    RebalanceKind::Lost
+                } else {
+                    RebalanceKind::Revoked
+                });
+                self.on_revoke(tpl, lost);
+                let unassigned = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = unassigned {
+                    tracing::warn!(error = %e, "unassigning partitions failed");
+                }
+            }
+            other => {
+                let code: RDKafkaErrorCode = other.into();
+                tracing::warn!(error = %code, "rebalance error");
+                // As rdkafka's default: give the assignment up.
+                let _ = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+            }
         }
+        health.member_id(member_id(consumer));
     }
+}
 
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            self.on_assign(consumer, tpl);
+/// The group member id (`rd_kafka_memberid`), if the member has one.
+fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live client handle; `rd_kafka_memberid` returns a
+    // NUL-terminated string allocated by librdkafka (or NULL), which we copy
+    // and then free with `rd_kafka_mem_free` as its documentation requires.
+    unsafe {
+        let p = rdkafka::bindings::rd_kafka_memberid(rk);
+        if p.is_null() {
+            return None;
         }
+        let id = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(rk, p.cast());
+        Some(id)
     }
 }
 
@@ -176,7 +270,25 @@ impl<H: Handler> Ctx<H> {
         }
     }
 
-    fn on_assign(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+    /// Decides where each newly assigned partition starts (blocking reads
+    /// of committed offsets and watermarks, off the async runtime's worker
+    /// where possible).
+    fn plan(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> Option<Plan> {
+        let cfg = self.shared.health.config()?;
+        let work = || Plan::make(consumer, tpl, cfg.retention_policy, cfg.new_partitions);
+        if this_thread() == Thread::MultiThreadWorker {
+            tokio::task::block_in_place(work)
+        } else {
+            work()
+        }
+    }
+
+    fn on_assign(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tpl: &TopicPartitionList,
+        plan: Option<&Plan>,
+    ) {
         let shared = &self.shared;
         shared.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         if shared.closing.load(Ordering::Acquire) {
@@ -184,6 +296,31 @@ impl<H: Handler> Ctx<H> {
         }
         for e in tpl.elements() {
             let state = PartitionState::spawn(shared, &self.handler, e.topic(), e.partition());
+            if let Some(entry) = plan.and_then(|p| p.entry(e.topic(), e.partition())) {
+                state
+                    .health
+                    .planned(entry, plan.map_or_else(Instant::now, |p| p.at));
+                if let Some(kind) = entry.decision.anomaly {
+                    crate::reset::report(
+                        shared,
+                        &state,
+                        crate::reset::OffsetAnomaly {
+                            kind,
+                            policy: shared
+                                .health
+                                .config()
+                                .map(|c| c.retention_policy)
+                                .unwrap_or_default(),
+                            resumed_at: match entry.decision.start {
+                                Some(rdkafka::Offset::Offset(o)) => Some(o),
+                                _ => None,
+                            },
+                            at: Instant::now(),
+                        },
+                        false,
+                    );
+                }
+            }
             shared.insert(state);
         }
         // A partition paused before a revoke must not stay paused now.

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use crate::failure::{DeadLetter, DeadLetterHeaders};
 use crate::record::{Header, Record, RecordTimestamp};
@@ -109,7 +109,11 @@ fn cap(s: &str, max: usize) -> &str {
 /// Writes exhausted records to their dead-letter topic and waits for the
 /// broker's acknowledgement.
 pub(crate) struct DeadLetterWriter {
-    producer: FutureProducer,
+    /// Replaced by a new producer once librdkafka raised a fatal error on it
+    /// (the idempotent producer does on a sequence desynchronisation, and
+    /// then fails every later write): see [`Self::replace_if_fatal`].
+    producer: std::sync::Mutex<FutureProducer>,
+    producer_config: ClientConfig,
     config: DeadLetter,
     group: String,
 }
@@ -141,18 +145,26 @@ impl DeadLetterWriter {
         }
         cc.set("acks", "all");
         cc.set("enable.idempotence", "true");
+        // librdkafka's default of 300 s would hide an unwritable dead-letter
+        // topic (and keep the partition silently stuck) for five minutes.
+        cc.set("message.timeout.ms", "30000");
         for (k, v) in &config.producer_properties {
             cc.set(k, v);
         }
         cc
     }
 
-    pub(crate) fn new(producer: FutureProducer, config: DeadLetter, group: String) -> Self {
-        DeadLetterWriter {
-            producer,
+    pub(crate) fn new(
+        producer_config: ClientConfig,
+        config: DeadLetter,
+        group: String,
+    ) -> Result<Self, KafkaError> {
+        Ok(DeadLetterWriter {
+            producer: std::sync::Mutex::new(producer_config.create()?),
+            producer_config,
             config,
             group,
-        }
+        })
     }
 
     /// The dead-letter topic for records of `source`.
@@ -176,11 +188,52 @@ impl DeadLetterWriter {
         if let Some(p) = record.payload() {
             r = r.payload(p);
         }
-        self.producer
+        let producer = self
+            .producer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let sent = producer
             .send(r, Duration::from_secs(0))
             .await
             .map(|_| ())
-            .map_err(|(e, _)| e)
+            .map_err(|(e, _)| e);
+        if sent.is_err() && self.replace_if_fatal(&producer) {
+            // Dropping the last handle of a producer purges, flushes (up to
+            // 500 ms) and joins its threads: not on an async worker thread.
+            drop(tokio::task::spawn_blocking(move || drop(producer)));
+        }
+        sent
+    }
+
+    /// Replaces `failed` with a new producer when librdkafka raised a fatal
+    /// error on it: a fatal producer fails every later write, so retrying on
+    /// it would block the partition until the process restarts. Returns
+    /// `true` when `failed` is fatal (replaced now or by another write).
+    fn replace_if_fatal(&self, failed: &FutureProducer) -> bool {
+        let Some((code, reason)) = failed.client().fatal_error() else {
+            return false;
+        };
+        let mut current = self.producer.lock().unwrap_or_else(|e| e.into_inner());
+        if current.client().native_ptr() != failed.client().native_ptr() {
+            return true; // Another partition's write replaced it already.
+        }
+        match self.producer_config.create::<FutureProducer>() {
+            Ok(fresh) => {
+                tracing::warn!(
+                    ?code,
+                    %reason,
+                    "the dead-letter producer raised a fatal error; replaced it with a new one"
+                );
+                // Not the last handle: the caller still holds `failed`.
+                drop(std::mem::replace(&mut *current, fresh));
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "the dead-letter producer raised a fatal error and a new one could not be created"
+            ),
+        }
+        true
     }
 
     fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
@@ -430,15 +483,16 @@ mod tests {
     }
 
     fn writer(style: DeadLetterHeaders) -> DeadLetterWriter {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", "127.0.0.1:1")
-            .create()
-            .unwrap();
+        let mut producer = ClientConfig::new();
+        producer.set("bootstrap.servers", "127.0.0.1:1");
         DeadLetterWriter::new(
             producer,
-            DeadLetter::new().headers(style).max_error_message_bytes(101),
+            DeadLetter::new()
+                .headers(style)
+                .max_error_message_bytes(101),
             "g1".into(),
         )
+        .unwrap()
     }
 
     #[test]

@@ -199,7 +199,9 @@ impl DeadLetter {
     /// Sets a librdkafka property on the dead-letter producer only. The
     /// producer otherwise inherits the consumer's `bootstrap.servers`,
     /// `client.id` and security settings (`security.protocol`, `sasl.*`,
-    /// `ssl.*`), and always uses `acks=all` with `enable.idempotence=true`.
+    /// `ssl.*`), and always uses `acks=all` with `enable.idempotence=true`;
+    /// `message.timeout.ms` defaults to 30 s (a failed write is retried by
+    /// the library, and the partition reports itself blocked meanwhile).
     pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.producer_properties.push((key.into(), value.into()));
         self
@@ -381,6 +383,9 @@ mod tests {
     #[test]
     fn default_dead_letter_topic_follows_the_source() {
         assert_eq!(DeadLetter::new().topic_for("orders"), "orders.dlt");
-        assert_eq!(DeadLetter::new().topic("all.dlq").topic_for("orders"), "all.dlq");
+        assert_eq!(
+            DeadLetter::new().topic("all.dlq").topic_for("orders"),
+            "all.dlq"
+        );
     }
 }

@@ -333,6 +333,12 @@ pub(crate) struct PartitionInstruments {
 }
 
 impl PartitionInstruments {
+    /// The partition attributes, for the health instruments
+    /// (`crate::health`), which are observed rather than recorded here.
+    pub(crate) fn attributes(&self) -> &[KeyValue] {
+        &self.base
+    }
+
     pub(crate) fn consumed(&self) {
         self.i.consumed.add(1, &self.consumed);
     }

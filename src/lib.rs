@@ -49,8 +49,15 @@
 //!   this member. A lost assignment commits nothing.
 //! - **Shutdown**: bounded by [`shutdown_timeout`](FreshConsumer::shutdown_timeout),
 //!   even with the broker down.
+//! - **Offset resets**: never silent. A partition the group has no offset
+//!   for starts where `auto.offset.reset` says; an offset below the log
+//!   start (a retention overrun) or above the high watermark is counted,
+//!   logged and handled by
+//!   [`retention_overrun_policy`](FreshConsumer::retention_overrun_policy).
 //!
-//! Metric names, units and attributes are in [`metrics`].
+//! Metric names, units and attributes are in [`metrics`]. Partition health
+//! (lag, head-of-line age, stalled partitions, status, a snapshot for
+//! probes from [`FreshConsumer::health_handle`]) is in [`health`].
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
@@ -61,14 +68,17 @@ mod context;
 pub mod dead_letter;
 mod error;
 mod export;
-mod failure;
+pub mod failure;
 mod handler;
+pub mod health;
 mod instruments;
 pub mod metrics;
 pub mod otlp;
 mod partition;
 mod record;
+mod reset;
 mod shared;
+mod stats;
 mod summary;
 mod tracker;
 mod watchdog;
@@ -86,5 +96,10 @@ pub use failure::{
     DeadLetterHeaders, OnExhausted, Permanent, RetryPolicy, StormGuard, permanent,
 };
 pub use handler::{BoxError, Handler};
+pub use health::{
+    ConsumerState, DEFAULT_LAG_GROWTH_WINDOW, DEFAULT_NO_SUCCESS_AFTER, DEFAULT_REPORT_EVENTS_FOR,
+    DEFAULT_STALL_AFTER, DEFAULT_STATISTICS_INTERVAL, HealthHandle, HealthReason, HealthSnapshot,
+    HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
+};
 pub use record::{Header, Record, RecordTimestamp};
 pub use summary::{RunSummary, TopicPartition};

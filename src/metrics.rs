@@ -165,6 +165,115 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// | up-down counter (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
 pub const STORM_GUARD_ACTIVE: &str = "fresh_consumer.storm_guard.active";
 
+// Partition health (see `crate::health` for sources and staleness). The
+// gauges are observed at each collection, and only for partitions assigned
+// to this member at that moment.
+
+/// Offset lag of an assigned partition, in records: the high watermark
+/// minus the committed offset ([`LAG_POSITION`] = `committed`, what Kafka's
+/// tools show), and minus the library's processed offset, the next offset
+/// after the contiguous run of completed records ([`LAG_POSITION`] =
+/// `processed`, what the next commit will carry). Never summed by the
+/// library: alert on the maximum per partition.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `{message}` | partition attributes, [`LAG_POSITION`] |
+///
+/// The high watermark comes from librdkafka's statistics (`hi_offset`, as
+/// old as [`statistics_interval`](crate::FreshConsumer::statistics_interval)
+/// plus a poll tick, and older while the partition is paused by
+/// backpressure), or from the consumer's own position when that is ahead.
+/// Before this member's first commit the committed offset is the one read
+/// at assignment; for a partition the group has no offset for, the lag is
+/// counted from where consumption started.
+pub const PARTITION_LAG: &str = "fresh_consumer.partition.lag";
+
+/// Head-of-line age: now minus the event time of the oldest record of the
+/// partition that was fetched and has not completed (the head of the line);
+/// when none waits but statistics show records beyond the consumer's
+/// position, the time since a statistics report first showed them (a lower
+/// bound: their timestamps are not known before they are fetched). 0 when
+/// caught up.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (f64) | `s` | partition attributes |
+///
+/// The event time is the one [`EVENT_AGE`] uses (record timestamp or the
+/// event-time header; the fetch time for records without one).
+pub const PARTITION_HEAD_AGE: &str = "fresh_consumer.partition.head.age";
+
+/// Time since the committed offset last advanced while the lag is above
+/// zero; 0 while the lag is zero. Evaluated every 100 ms.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (f64) | `s` | partition attributes |
+pub const PARTITION_STALLED_DURATION: &str = "fresh_consumer.partition.stalled.duration";
+
+/// The partition's status as a state set: one point per status value of
+/// [`STATUS`] (`ok`, `warn`, `stall`, `stop`, `rewind`), 1 for the current
+/// one and 0 for the others (see
+/// [`PartitionStatus`](crate::PartitionStatus)).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `1` | partition attributes, [`STATUS`] |
+pub const PARTITION_STATUS: &str = "fresh_consumer.partition.status";
+
+/// Records deleted by retention before the group processed them: the log
+/// start offset minus the offset the partition was to continue at, counted
+/// once per detection (see
+/// [`RetentionOverrunPolicy`](crate::RetentionOverrunPolicy)).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const RETENTION_OVERRUN_MESSAGES: &str = "fresh_consumer.retention.overrun.messages";
+
+/// Partitions whose offset was missing or out of range when assigned or
+/// while consumed: [`OFFSET_RESET_REASON`] = `retention_overrun` (below the
+/// log start offset), `above_high_watermark` (the topic was recreated) or
+/// `no_committed_offset` (with `auto.offset.reset=error`). A partition
+/// starting without a committed offset under `earliest` or `latest` is not
+/// counted.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{event}` | partition attributes, [`OFFSET_RESET_REASON`] |
+pub const OFFSET_RESETS: &str = "fresh_consumer.offset.resets";
+
+/// Rebalance events seen by this member, counted once per callback:
+/// [`REBALANCE_TYPE`] = `assigned`, `revoked` or `lost` (revoked because
+/// the member was no longer in the group). A steadily rising count with
+/// changing member ids (logged) is a rebalance loop.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{event}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`REBALANCE_TYPE`] |
+pub const REBALANCES: &str = "fresh_consumer.rebalances";
+
+/// Partitions currently assigned to this member.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `{partition}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+pub const ASSIGNMENT_SIZE: &str = "fresh_consumer.assignment.size";
+
+/// Attribute `fresh_consumer.lag.position`: what [`PARTITION_LAG`] counts
+/// from: `committed` or `processed`.
+pub const LAG_POSITION: &str = "fresh_consumer.lag.position";
+/// Attribute `fresh_consumer.status`: a partition status, `ok`, `warn`,
+/// `stall`, `stop` or `rewind`.
+pub const STATUS: &str = "fresh_consumer.status";
+/// Attribute `fresh_consumer.offset.reset.reason`: `retention_overrun`,
+/// `above_high_watermark` or `no_committed_offset`.
+pub const OFFSET_RESET_REASON: &str = "fresh_consumer.offset.reset.reason";
+/// Attribute `fresh_consumer.rebalance.type`: `assigned`, `revoked` or
+/// `lost`.
+pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
+
 /// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.
 pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
 

@@ -50,6 +50,8 @@ pub(crate) struct PartitionState {
     /// 0 when not blocked.
     pub(crate) blocked_since: AtomicU64,
     pub(crate) metrics: PartitionInstruments,
+    /// Partition-health state: statistics, offset anomalies, last success.
+    pub(crate) health: crate::health::PartitionHealth,
 }
 
 impl PartitionState {
@@ -82,6 +84,7 @@ impl PartitionState {
                     .map(|d| d.topic_for(topic))
                     .as_deref(),
             ),
+            health: crate::health::PartitionHealth::new(&shared.health),
         });
         let worker = Worker {
             state: Arc::clone(&state),
@@ -193,7 +196,11 @@ impl<H: Handler> Worker<H> {
             attempt += 1;
             let started = Instant::now();
             let outcome = {
-                let run = AssertUnwindSafe(self.handler.handle(record.clone())).catch_unwind();
+                // `handle` is called inside the async block, so a handler that
+                // panics before returning its future (a closure doing its work
+                // synchronously) is caught like one that panics while polled.
+                let run = AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
+                    .catch_unwind();
                 match self.shared.handler_timeout {
                     None => classify::<H>(run.await),
                     Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -217,6 +224,7 @@ impl<H: Handler> Worker<H> {
                         return false;
                     }
                     self.state.metrics.succeeded(event_time, SystemTime::now());
+                    self.state.health.succeeded();
                     self.complete(offset);
                     self.shared.counters.succeeded();
                     return true;
@@ -234,7 +242,11 @@ impl<H: Handler> Worker<H> {
                 return false;
             }
             let permanent = is_permanent(&error);
-            let error_type = if permanent { "permanent" } else { kind.as_str() };
+            let error_type = if permanent {
+                "permanent"
+            } else {
+                kind.as_str()
+            };
             if !permanent && attempt < retry.max_attempts {
                 let delay = retry.delay(attempt);
                 tracing::warn!(

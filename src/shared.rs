@@ -11,9 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::commit::CommitCmd;
-use crate::instruments::Instruments;
 use crate::dead_letter::DeadLetterWriter;
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::instruments::Instruments;
 use crate::partition::PartitionState;
 use crate::summary::TopicPartition;
 use crate::watchdog::PollClock;
@@ -30,7 +30,9 @@ pub(crate) enum Decision<'a> {
     DeadLetter(&'a DeadLetterWriter),
     /// Block the partition; `storm` when the storm guard turned a
     /// dead-letter decision into this.
-    Block { storm: bool },
+    Block {
+        storm: bool,
+    },
 }
 
 /// Key of the partition map.
@@ -74,6 +76,8 @@ pub(crate) struct Shared {
     /// The last offset committed per partition, for the run summary.
     pub(crate) committed: Mutex<BTreeMap<TopicPartition, i64>>,
     pub(crate) poll_clock: PollClock,
+    /// Partition health: statistics, evaluation, offset resets.
+    pub(crate) health: Arc<crate::health::HealthHub>,
 }
 
 /// Run counters, for the summary.
@@ -121,6 +125,7 @@ pub(crate) struct SharedInit {
     pub(crate) commit_tx: std::sync::mpsc::Sender<CommitCmd>,
     pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
     pub(crate) poll_clock: PollClock,
+    pub(crate) health: Arc<crate::health::HealthHub>,
 }
 
 impl Shared {
@@ -150,6 +155,7 @@ impl Shared {
             counters: Counters::default(),
             committed: Mutex::new(BTreeMap::new()),
             poll_clock: i.poll_clock,
+            health: i.health,
         }
     }
 

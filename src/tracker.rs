@@ -7,8 +7,22 @@
 //! highest *contiguous* run of completed records, counted over the records
 //! that were actually delivered (offsets may have gaps: compaction and
 //! transaction markers leave holes that are never delivered).
+//!
+//! Each delivered record also keeps its event time, so the partition-health
+//! signals can tell how old the head of the line is (the oldest delivered
+//! record that has not completed).
 
 use std::collections::VecDeque;
+
+/// One delivered record not yet part of the completed prefix.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    offset: i64,
+    done: bool,
+    /// Event time in milliseconds since the Unix epoch (see
+    /// [`OffsetTracker::delivered_at`]).
+    event_ms: i64,
+}
 
 /// Tracks delivered and completed offsets of one partition.
 ///
@@ -19,35 +33,50 @@ use std::collections::VecDeque;
 #[derive(Debug, Default)]
 pub(crate) struct OffsetTracker {
     /// Delivered records not yet part of the completed prefix, in offset
-    /// order: `(offset, completed)`.
-    pending: VecDeque<(i64, bool)>,
+    /// order.
+    pending: VecDeque<Pending>,
     /// Next offset to read after the completed prefix.
     committable: Option<i64>,
 }
 
 impl OffsetTracker {
-    /// Registers a record delivered to a handler. Offsets at or below the last
+    /// Registers a record delivered to a handler, without an event time (its
+    /// head-of-line age is unknown and counts as 0).
+    #[cfg(test)]
+    pub(crate) fn delivered(&mut self, offset: i64) -> bool {
+        self.delivered_at(offset, i64::MAX)
+    }
+
+    /// Registers a record delivered to a handler, with its event time in
+    /// milliseconds since the Unix epoch. Offsets at or below the last
     /// delivered one are ignored (a redelivery after a seek is tracked once).
-    pub(crate) fn delivered(&mut self, offset: i64) {
-        let last = self
-            .pending
-            .back()
-            .map(|&(o, _)| o)
-            .or(self.committable.map(|c| c - 1));
-        if last.is_none_or(|last| offset > last) {
-            self.pending.push_back((offset, false));
+    /// Returns `false` for such an ignored offset.
+    pub(crate) fn delivered_at(&mut self, offset: i64, event_ms: i64) -> bool {
+        if self.last_delivered().is_some_and(|last| offset <= last) {
+            return false;
         }
+        self.pending.push_back(Pending {
+            offset,
+            done: false,
+            event_ms,
+        });
+        true
     }
 
     /// Marks a delivered record completed (succeeded, or durably parked).
     /// Returns `true` when the committable offset advanced.
     pub(crate) fn completed(&mut self, offset: i64) -> bool {
-        match self.pending.binary_search_by_key(&offset, |&(o, _)| o) {
-            Ok(i) => self.pending[i].1 = true,
+        match self.pending.binary_search_by_key(&offset, |p| p.offset) {
+            Ok(i) => self.pending[i].done = true,
             Err(_) => return false,
         }
         let mut advanced = false;
-        while let Some(&(o, true)) = self.pending.front() {
+        while let Some(&Pending {
+            offset: o,
+            done: true,
+            ..
+        }) = self.pending.front()
+        {
             self.pending.pop_front();
             self.committable = Some(o + 1);
             advanced = true;
@@ -61,19 +90,40 @@ impl OffsetTracker {
         self.committable
     }
 
-    // Read by the partition-health signals (head-of-line age) and by tests.
-    #[allow(dead_code)]
     /// The lowest delivered offset that has not completed yet (the head of
     /// the line), if any.
+    #[cfg(test)]
     pub(crate) fn head(&self) -> Option<i64> {
-        self.pending
-            .iter()
-            .find(|&&(_, done)| !done)
-            .map(|&(o, _)| o)
+        self.head_entry().map(|(o, _)| o)
     }
 
-    #[allow(dead_code)]
+    /// The head of the line: the lowest delivered offset that has not
+    /// completed yet, and its event time (milliseconds since the Unix epoch).
+    pub(crate) fn head_entry(&self) -> Option<(i64, i64)> {
+        self.pending
+            .iter()
+            .find(|p| !p.done)
+            .map(|p| (p.offset, p.event_ms))
+    }
+
+    /// The highest offset delivered so far, if any (after the completed
+    /// prefix: `committable - 1` once everything delivered completed).
+    pub(crate) fn last_delivered(&self) -> Option<i64> {
+        self.pending
+            .back()
+            .map(|p| p.offset)
+            .or(self.committable.map(|c| c - 1))
+    }
+
+    /// The next offset the partition's records continue at: one past the
+    /// last delivered record (librdkafka's application position), if any was
+    /// delivered.
+    pub(crate) fn position(&self) -> Option<i64> {
+        self.last_delivered().map(|o| o + 1)
+    }
+
     /// Number of delivered records not yet in the completed prefix.
+    #[cfg(test)]
     pub(crate) fn outstanding(&self) -> usize {
         self.pending.len()
     }
@@ -165,5 +215,33 @@ mod tests {
         t.delivered(1);
         assert_eq!(t.outstanding(), 0);
         assert_eq!(t.committable(), Some(2));
+    }
+
+    #[test]
+    fn the_head_of_the_line_carries_its_event_time() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.head_entry(), None);
+        assert_eq!(t.position(), None);
+        assert!(t.delivered_at(10, 1_000));
+        assert!(t.delivered_at(11, 2_000));
+        assert!(t.delivered_at(12, 3_000));
+        assert!(!t.delivered_at(11, 9_000), "redelivery ignored");
+        assert_eq!(t.head_entry(), Some((10, 1_000)));
+        assert_eq!(t.position(), Some(13));
+        // A later record completing first does not move the head.
+        t.completed(11);
+        assert_eq!(t.head_entry(), Some((10, 1_000)));
+        t.completed(10);
+        assert_eq!(t.head_entry(), Some((12, 3_000)));
+        t.completed(12);
+        assert_eq!(t.head_entry(), None);
+        assert_eq!(t.last_delivered(), Some(12));
+        assert_eq!(t.position(), Some(13));
+        assert!(!t.delivered_at(12, 0));
+        assert!(
+            t.delivered_at(20, 4_000),
+            "a gap (compaction, retention) is fine"
+        );
+        assert_eq!(t.head_entry(), Some((20, 4_000)));
     }
 }

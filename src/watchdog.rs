@@ -56,7 +56,7 @@ impl PollClock {
     }
 
     /// The current gap: its start (see [`PollClock::warned_gap`]) and length.
-    fn gap(&self) -> (u64, Duration) {
+    pub(crate) fn gap(&self) -> (u64, Duration) {
         let start = self.last_poll.load(Ordering::Acquire);
         (
             start,
@@ -71,6 +71,11 @@ impl PollClock {
 
     pub(crate) fn suspend(&self) {
         self.suspended.store(true, Ordering::Release);
+    }
+
+    /// `true` once the loop stopped polling on purpose (shutdown).
+    pub(crate) fn is_suspended(&self) -> bool {
+        self.suspended.load(Ordering::Acquire)
     }
 }
 

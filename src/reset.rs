@@ -1,0 +1,676 @@
+//! Offset resets: where a partition starts when the group has no committed
+//! offset for it or its offset is out of range, and what the library does
+//! about a retention overrun.
+//!
+//! librdkafka runs with `auto.offset.reset=error`, so it never moves a
+//! partition on its own (with `earliest` or `latest` it would, and a
+//! retention overrun would read as zero lag). Instead:
+//!
+//! 1. **At assignment** (in the rebalance callback, before librdkafka starts
+//!    fetching) the library reads the group's committed offsets and the
+//!    partitions' log start offsets and high watermarks, and assigns each
+//!    partition an explicit start: the committed offset when it is in range;
+//!    the user's `auto.offset.reset` (`earliest` by default) when there is
+//!    none; and, when it is out of range, what
+//!    [`RetentionOverrunPolicy`](crate::RetentionOverrunPolicy) says, after
+//!    counting and logging the overrun.
+//! 2. **While running**, a partition whose fetch position falls out of range
+//!    (the consumer fell behind retention, or a read at assignment failed)
+//!    makes librdkafka stop that partition's fetcher and report
+//!    `RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET`, without saying which partition.
+//!    The statistics report the stopped fetcher (`fetch_state` = `none`); the
+//!    health thread then reads the partition's watermarks, applies the same
+//!    decision to the next offset after the last record fetched, and
+//!    restarts the partition (re-assigning it: a stopped fetcher cannot
+//!    seek).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::health::RetentionOverrunPolicy;
+use crate::partition::PartitionState;
+use crate::shared::Shared;
+
+/// Bound on the broker reads made while a partition is assigned or
+/// restarted.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a partition without a committed offset starts: the user's
+/// `auto.offset.reset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NewPartitionStart {
+    /// `earliest` (the library's default): the log start offset.
+    Earliest,
+    /// `latest`: the high watermark.
+    Latest,
+    /// `error`: not consumed; reported.
+    Error,
+}
+
+impl NewPartitionStart {
+    /// Parses librdkafka's `auto.offset.reset` values.
+    pub(crate) fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "earliest" | "smallest" | "beginning" => Some(NewPartitionStart::Earliest),
+            "latest" | "largest" | "end" => Some(NewPartitionStart::Latest),
+            "error" => Some(NewPartitionStart::Error),
+            _ => None,
+        }
+    }
+}
+
+/// What is wrong with a partition's offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnomalyKind {
+    /// The offset to continue at is below the log start offset: `lost`
+    /// records were deleted by retention before they were processed.
+    RetentionOverrun {
+        offset: i64,
+        log_start: i64,
+        high_watermark: i64,
+        lost: u64,
+    },
+    /// The offset to continue at is above the high watermark (the topic was
+    /// deleted and recreated, or the log was truncated).
+    AboveHighWatermark {
+        offset: i64,
+        log_start: i64,
+        high_watermark: i64,
+    },
+    /// No committed offset and `auto.offset.reset=error`.
+    NoCommittedOffset,
+}
+
+impl AnomalyKind {
+    /// The `fresh_consumer.offset.reset.reason` attribute value.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            AnomalyKind::RetentionOverrun { .. } => "retention_overrun",
+            AnomalyKind::AboveHighWatermark { .. } => "above_high_watermark",
+            AnomalyKind::NoCommittedOffset => "no_committed_offset",
+        }
+    }
+}
+
+/// An offset anomaly and what was done about it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OffsetAnomaly {
+    pub(crate) kind: AnomalyKind,
+    pub(crate) policy: RetentionOverrunPolicy,
+    /// Where consumption resumed; `None` when the partition was stopped.
+    pub(crate) resumed_at: Option<i64>,
+    pub(crate) at: Instant,
+}
+
+/// Where a partition (re)starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    /// The offset to fetch from; `None`: do not consume the partition.
+    pub(crate) start: Option<Offset>,
+    /// The start as a number, when known (for the lag before the first
+    /// record arrives).
+    pub(crate) estimate: Option<i64>,
+    pub(crate) anomaly: Option<AnomalyKind>,
+}
+
+/// Decides where a partition continues. `position` is the group's committed
+/// offset (at assignment) or the offset after the last fetched record
+/// (while running); `lo` and `hi` the log start offset and high watermark,
+/// when they could be read.
+pub(crate) fn classify(
+    position: Option<i64>,
+    lo: Option<i64>,
+    hi: Option<i64>,
+    policy: RetentionOverrunPolicy,
+    new: NewPartitionStart,
+) -> Decision {
+    let Some(position) = position else {
+        return match new {
+            NewPartitionStart::Earliest => Decision {
+                start: Some(Offset::Beginning),
+                estimate: lo,
+                anomaly: None,
+            },
+            NewPartitionStart::Latest => Decision {
+                start: Some(Offset::End),
+                estimate: hi,
+                anomaly: None,
+            },
+            NewPartitionStart::Error => Decision {
+                start: None,
+                estimate: None,
+                anomaly: Some(AnomalyKind::NoCommittedOffset),
+            },
+        };
+    };
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        // Unknown range: start where we are; librdkafka reports an
+        // out-of-range offset and the running check handles it.
+        return Decision {
+            start: Some(Offset::Offset(position)),
+            estimate: Some(position),
+            anomaly: None,
+        };
+    };
+    let anomaly = if position < lo {
+        AnomalyKind::RetentionOverrun {
+            offset: position,
+            log_start: lo,
+            high_watermark: hi,
+            lost: (lo - position) as u64,
+        }
+    } else if position > hi {
+        AnomalyKind::AboveHighWatermark {
+            offset: position,
+            log_start: lo,
+            high_watermark: hi,
+        }
+    } else {
+        return Decision {
+            start: Some(Offset::Offset(position)),
+            estimate: Some(position),
+            anomaly: None,
+        };
+    };
+    let resume = match policy {
+        RetentionOverrunPolicy::Earliest => Some(lo),
+        RetentionOverrunPolicy::Latest => Some(hi),
+        RetentionOverrunPolicy::Fail => None,
+    };
+    Decision {
+        start: resume.map(Offset::Offset),
+        estimate: Some(resume.unwrap_or(position)),
+        anomaly: Some(anomaly),
+    }
+}
+
+/// The decision for one partition of a new assignment.
+#[derive(Debug)]
+pub(crate) struct PlanEntry {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) committed: Option<i64>,
+    pub(crate) lo: Option<i64>,
+    pub(crate) hi: Option<i64>,
+    pub(crate) decision: Decision,
+}
+
+impl PlanEntry {
+    /// The offset handed to librdkafka's assign: a partition that must not
+    /// be consumed is assigned at its out-of-range offset (or with no
+    /// offset), where librdkafka stops its fetcher under
+    /// `auto.offset.reset=error`.
+    pub(crate) fn assign_offset(&self) -> Offset {
+        match (self.decision.start, self.committed) {
+            (Some(o), _) => o,
+            (None, Some(c)) => Offset::Offset(c),
+            (None, None) => Offset::Invalid,
+        }
+    }
+}
+
+/// Decisions for a new assignment, made before librdkafka fetches.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) entries: Vec<PlanEntry>,
+    pub(crate) at: Instant,
+}
+
+impl Plan {
+    /// Reads the committed offsets and watermarks of `tpl` and decides.
+    /// `None` when the committed offsets could not be read: the partitions
+    /// are then assigned without an offset and librdkafka's error path
+    /// (handled while running) takes over.
+    pub(crate) fn make<C: ConsumerContext>(
+        consumer: &BaseConsumer<C>,
+        tpl: &TopicPartitionList,
+        policy: RetentionOverrunPolicy,
+        new: NewPartitionStart,
+    ) -> Option<Plan> {
+        if tpl.count() == 0 {
+            return None;
+        }
+        let started = Instant::now();
+        let committed = match consumer.committed_offsets(tpl.clone(), READ_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the committed offsets of the new assignment failed; librdkafka resolves them");
+                return None;
+            }
+        };
+        let read = |logical: Offset| -> Option<TopicPartitionList> {
+            let mut q = TopicPartitionList::with_capacity(tpl.count());
+            for e in tpl.elements() {
+                q.add_partition_offset(e.topic(), e.partition(), logical)
+                    .ok()?;
+            }
+            let left = READ_TIMEOUT.saturating_sub(started.elapsed());
+            match consumer.offsets_for_times(q, left) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the watermarks of the new assignment failed");
+                    None
+                }
+            }
+        };
+        let lows = read(Offset::Beginning);
+        let highs = read(Offset::End);
+        let get = |l: &Option<TopicPartitionList>, t: &str, p: i32| -> Option<i64> {
+            match l.as_ref()?.find_partition(t, p)?.offset() {
+                Offset::Offset(o) if o >= 0 => Some(o),
+                _ => None,
+            }
+        };
+        let entries = tpl
+            .elements()
+            .iter()
+            .map(|e| {
+                let (t, p) = (e.topic(), e.partition());
+                let c = match committed.find_partition(t, p).map(|x| x.offset()) {
+                    Some(Offset::Offset(o)) if o >= 0 => Some(o),
+                    _ => None,
+                };
+                let (lo, hi) = (get(&lows, t, p), get(&highs, t, p));
+                PlanEntry {
+                    topic: t.to_owned(),
+                    partition: p,
+                    committed: c,
+                    lo,
+                    hi,
+                    decision: classify(c, lo, hi, policy, new),
+                }
+            })
+            .collect();
+        Some(Plan {
+            entries,
+            at: Instant::now(),
+        })
+    }
+
+    /// Sets each partition's start in the list handed to librdkafka's assign.
+    pub(crate) fn apply(&self, tpl: &mut TopicPartitionList) {
+        for e in &self.entries {
+            if let Err(err) = tpl.set_partition_offset(&e.topic, e.partition, e.assign_offset()) {
+                tracing::warn!(topic = %e.topic, partition = e.partition, error = %err, "setting a partition's start offset failed");
+            }
+        }
+    }
+
+    pub(crate) fn entry(&self, topic: &str, partition: i32) -> Option<&PlanEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.partition == partition && e.topic == topic)
+    }
+}
+
+/// Work for the health thread.
+pub(crate) enum Request {
+    /// These partitions' fetchers are stopped (statistics `fetch_state` =
+    /// `none`, after an offset-reset error).
+    Stopped(Vec<Arc<PartitionState>>),
+    /// An offset-reset error while statistics are off: check every assigned
+    /// partition against its watermarks.
+    CheckAll,
+}
+
+/// Handles a [`Request`]: decides for each partition in it, and restarts
+/// the ones to be consumed from somewhere else.
+pub(crate) fn resolve<C, X>(consumer: &C, shared: &Shared, request: Request)
+where
+    C: Consumer<X>,
+    X: ConsumerContext,
+{
+    let hub = &shared.health;
+    let Some(cfg) = hub.config() else {
+        return;
+    };
+    // No rebalance callback runs while we decide and re-assign.
+    let _assigning = hub.assign_lock();
+    if shared.closing.load(Ordering::Acquire) || shared.shutdown.is_cancelled() {
+        return;
+    }
+    let epoch = shared.epoch.load(Ordering::Acquire);
+    let now = Instant::now();
+    let (candidates, stopped) = match request {
+        Request::Stopped(v) => (v, true),
+        Request::CheckAll => (shared.assigned(), false),
+    };
+    let mut restarts: Vec<(Arc<PartitionState>, i64)> = Vec::new();
+    for state in candidates {
+        if state.revoked.load(Ordering::Acquire)
+            || state.health.is_failed()
+            || !state.health.restart_settled(now, hub.restart_quiet())
+        {
+            continue;
+        }
+        let fetched = state
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .position();
+        let position = fetched.or_else(|| match state.health.start() {
+            Offset::Offset(o) => Some(o),
+            Offset::Beginning | Offset::End => None,
+            _ => committed_offset(consumer, &state),
+        });
+        let (lo, hi) = match consumer.fetch_watermarks(&state.topic, state.partition, READ_TIMEOUT)
+        {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(topic = %state.topic, partition = state.partition, error = %e, "reading watermarks of a stopped partition failed; retrying at the next statistics report");
+                continue;
+            }
+        };
+        let d = classify(
+            position,
+            Some(lo),
+            Some(hi),
+            cfg.retention_policy,
+            cfg.new_partitions,
+        );
+        if !stopped && d.anomaly.is_none() && position.is_some() {
+            // In range, and nothing says its fetcher stopped.
+            continue;
+        }
+        if let Some(kind) = d.anomaly {
+            report(
+                shared,
+                &state,
+                OffsetAnomaly {
+                    kind,
+                    policy: cfg.retention_policy,
+                    resumed_at: d.start.and_then(|o| match o {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    }),
+                    at: now,
+                },
+                fetched.is_some(),
+            );
+        }
+        match d.start {
+            Some(Offset::Offset(o)) => restarts.push((state, o)),
+            Some(_) => {
+                // A new partition: the logical start resolves to a number.
+                let o = if matches!(d.start, Some(Offset::End)) {
+                    hi
+                } else {
+                    lo
+                };
+                restarts.push((state, o));
+            }
+            None => state.health.fail(),
+        }
+    }
+    if restarts.is_empty() {
+        return;
+    }
+    if shared.epoch.load(Ordering::Acquire) != epoch {
+        tracing::debug!("assignment changed while deciding; the new assignment decides afresh");
+        return;
+    }
+    let result = match consumer.rebalance_protocol() {
+        RebalanceProtocol::Cooperative => restart_incremental(consumer, &restarts),
+        _ => restart_eager(consumer, shared, &restarts),
+    };
+    match result {
+        Ok(()) => {
+            for (state, offset) in &restarts {
+                state.health.restarted(now, Offset::Offset(*offset));
+                tracing::info!(topic = %state.topic, partition = state.partition, offset, "partition fetch restarted");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "restarting stopped partitions failed; retrying at the next statistics report");
+        }
+    }
+}
+
+fn committed_offset<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    state: &PartitionState,
+) -> Option<i64> {
+    let mut tpl = TopicPartitionList::with_capacity(1);
+    tpl.add_partition(&state.topic, state.partition);
+    let got = consumer.committed_offsets(tpl, READ_TIMEOUT).ok()?;
+    match got.find_partition(&state.topic, state.partition)?.offset() {
+        Offset::Offset(o) if o >= 0 => Some(o),
+        _ => None,
+    }
+}
+
+fn restart_incremental<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    restarts: &[(Arc<PartitionState>, i64)],
+) -> rdkafka::error::KafkaResult<()> {
+    for (state, offset) in restarts {
+        let mut out = TopicPartitionList::with_capacity(1);
+        out.add_partition(&state.topic, state.partition);
+        consumer.incremental_unassign(&out)?;
+        let mut back = TopicPartitionList::with_capacity(1);
+        back.add_partition_offset(&state.topic, state.partition, Offset::Offset(*offset))?;
+        consumer.incremental_assign(&back)?;
+    }
+    Ok(())
+}
+
+/// With the eager protocol the only way to restart one partition is a new
+/// assignment of all: every other partition continues at the offset after
+/// its last fetched record (the poll loop drops anything fetched twice), a
+/// stopped one at its decided offset. Partitions stopped by the fail policy
+/// are left out. Only done when librdkafka's assignment is still the one
+/// the library knows (no rebalance slipped in).
+fn restart_eager<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    shared: &Shared,
+    restarts: &[(Arc<PartitionState>, i64)],
+) -> rdkafka::error::KafkaResult<()> {
+    let assigned = shared.assigned();
+    let ours: BTreeSet<(String, i32)> = assigned
+        .iter()
+        .map(|s| (s.topic.to_string(), s.partition))
+        .collect();
+    let theirs: BTreeSet<(String, i32)> = consumer
+        .assignment()?
+        .elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect();
+    // Partitions left out earlier (failed) are in ours, not theirs.
+    let failed: BTreeSet<(String, i32)> = assigned
+        .iter()
+        .filter(|s| s.health.is_failed())
+        .map(|s| (s.topic.to_string(), s.partition))
+        .collect();
+    if !theirs.is_subset(&ours) || !ours.difference(&theirs).all(|k| failed.contains(k)) {
+        return Err(rdkafka::error::KafkaError::Canceled);
+    }
+    let mut tpl = TopicPartitionList::with_capacity(assigned.len());
+    for s in &assigned {
+        if s.revoked.load(Ordering::Acquire) || s.health.is_failed() {
+            continue;
+        }
+        let offset = match restarts.iter().find(|(r, _)| Arc::ptr_eq(r, s)) {
+            Some((_, o)) => Offset::Offset(*o),
+            None => s
+                .tracker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .position()
+                .map(Offset::Offset)
+                .unwrap_or_else(|| s.health.start()),
+        };
+        tpl.add_partition_offset(&s.topic, s.partition, offset)?;
+    }
+    consumer.assign(&tpl)
+}
+
+/// Records an anomaly: on the partition (for health), in the metrics, and
+/// in an ERROR log naming the partition and the offsets. `running` is
+/// `true` when the offset was the consumer's own position (it fell behind
+/// while running) rather than the group's committed offset.
+pub(crate) fn report(shared: &Shared, state: &PartitionState, a: OffsetAnomaly, running: bool) {
+    shared.health.count_anomaly(state, &a.kind);
+    let policy = a.policy.as_str();
+    let (topic, partition) = (&*state.topic, state.partition);
+    let source = if running {
+        "position"
+    } else {
+        "committed offset"
+    };
+    match a.kind {
+        AnomalyKind::RetentionOverrun {
+            offset,
+            log_start,
+            high_watermark,
+            lost,
+        } => {
+            let then = match a.resumed_at {
+                Some(r) if r == log_start => "resuming at the log start offset".to_owned(),
+                Some(r) => format!(
+                    "resuming at the high watermark {r} by policy: {} more records skipped",
+                    r - log_start
+                ),
+                None => "the partition is stopped (retention_overrun_policy = fail)".to_owned(),
+            };
+            tracing::error!(
+                topic,
+                partition,
+                committed_offset = offset,
+                log_start_offset = log_start,
+                high_watermark,
+                lost,
+                policy,
+                "retention overrun on {topic}:{partition}: {lost} records were deleted by retention before this group processed them ({source} {offset}, log start offset {log_start}); {then}"
+            );
+        }
+        AnomalyKind::AboveHighWatermark {
+            offset,
+            log_start,
+            high_watermark,
+        } => {
+            let then = match a.resumed_at {
+                Some(r) => format!("resuming at offset {r} (log start {log_start})"),
+                None => "the partition is stopped (retention_overrun_policy = fail)".to_owned(),
+            };
+            tracing::error!(
+                topic,
+                partition,
+                committed_offset = offset,
+                log_start_offset = log_start,
+                high_watermark,
+                policy,
+                "{source} {offset} of {topic}:{partition} is above the high watermark {high_watermark} (was the topic deleted and recreated?); {then}"
+            );
+        }
+        AnomalyKind::NoCommittedOffset => {
+            tracing::error!(
+                topic,
+                partition,
+                "{topic}:{partition} has no committed offset and auto.offset.reset is `error`: the partition is not consumed"
+            );
+        }
+    }
+    state.health.set_anomaly(a);
+    if a.resumed_at.is_none() {
+        state.health.fail();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RetentionOverrunPolicy::*;
+
+    const E: NewPartitionStart = NewPartitionStart::Earliest;
+
+    #[test]
+    fn an_offset_in_range_is_kept() {
+        let d = classify(Some(5), Some(0), Some(10), Earliest, E);
+        assert_eq!(d.start, Some(Offset::Offset(5)));
+        assert_eq!(d.anomaly, None);
+        // Caught up exactly at the high watermark, or at the log start.
+        assert_eq!(
+            classify(Some(10), Some(0), Some(10), Fail, E).start,
+            Some(Offset::Offset(10))
+        );
+        assert_eq!(
+            classify(Some(3), Some(3), Some(10), Fail, E).start,
+            Some(Offset::Offset(3))
+        );
+    }
+
+    #[test]
+    fn a_retention_overrun_counts_the_lost_records_and_follows_the_policy() {
+        let kind = AnomalyKind::RetentionOverrun {
+            offset: 100,
+            log_start: 208,
+            high_watermark: 710,
+            lost: 108,
+        };
+        let d = classify(Some(100), Some(208), Some(710), Earliest, E);
+        assert_eq!(d.anomaly, Some(kind));
+        assert_eq!(d.start, Some(Offset::Offset(208)));
+        let d = classify(Some(100), Some(208), Some(710), Latest, E);
+        assert_eq!(d.start, Some(Offset::Offset(710)));
+        let d = classify(Some(100), Some(208), Some(710), Fail, E);
+        assert_eq!(d.start, None, "fail stops the partition");
+        assert_eq!(d.anomaly, Some(kind));
+    }
+
+    #[test]
+    fn an_offset_above_the_high_watermark_is_an_anomaly_too() {
+        let d = classify(Some(900), Some(0), Some(50), Earliest, E);
+        assert_eq!(
+            d.anomaly,
+            Some(AnomalyKind::AboveHighWatermark {
+                offset: 900,
+                log_start: 0,
+                high_watermark: 50
+            })
+        );
+        assert_eq!(d.start, Some(Offset::Offset(0)));
+        assert_eq!(classify(Some(900), Some(0), Some(50), Fail, E).start, None);
+    }
+
+    #[test]
+    fn a_new_partition_starts_where_auto_offset_reset_says() {
+        let d = classify(None, Some(4), Some(9), Fail, NewPartitionStart::Earliest);
+        assert_eq!(
+            (d.start, d.estimate, d.anomaly),
+            (Some(Offset::Beginning), Some(4), None)
+        );
+        let d = classify(None, Some(4), Some(9), Fail, NewPartitionStart::Latest);
+        assert_eq!((d.start, d.estimate), (Some(Offset::End), Some(9)));
+        let d = classify(None, Some(4), Some(9), Earliest, NewPartitionStart::Error);
+        assert_eq!(d.start, None);
+        assert_eq!(d.anomaly, Some(AnomalyKind::NoCommittedOffset));
+    }
+
+    #[test]
+    fn unknown_watermarks_keep_the_offset() {
+        let d = classify(Some(7), None, Some(9), Fail, E);
+        assert_eq!((d.start, d.anomaly), (Some(Offset::Offset(7)), None));
+    }
+
+    #[test]
+    fn auto_offset_reset_values() {
+        for (v, want) in [
+            ("earliest", Some(NewPartitionStart::Earliest)),
+            ("smallest", Some(NewPartitionStart::Earliest)),
+            (" Beginning ", Some(NewPartitionStart::Earliest)),
+            ("latest", Some(NewPartitionStart::Latest)),
+            ("largest", Some(NewPartitionStart::Latest)),
+            ("end", Some(NewPartitionStart::Latest)),
+            ("error", Some(NewPartitionStart::Error)),
+            ("soon", None),
+        ] {
+            assert_eq!(NewPartitionStart::parse(v), want, "{v}");
+        }
+    }
+}

@@ -1,0 +1,1810 @@
+//! Failing records (issue 4) on a Kafka broker: bounded retries, the
+//! dead-letter topic and its header contract (native and Spring Kafka names),
+//! a dead-letter topic that cannot be written, the block and skip policies,
+//! permanent errors, the storm guard, panics and handler timeouts as failed
+//! attempts, the metrics over the wire, and redrive from the dead-letter topic
+//! back to the source topic.
+//!
+//! Runs on librdkafka's mock broker, or on a real cluster named by
+//! `FRESH_CONSUMER_TEST_BOOTSTRAP`; tests that inject broker faults need the
+//! mock and skip themselves on a real cluster. Waits are deadlines, never
+//! fixed sleeps.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle as ThreadHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
+use fresh_consumer::metrics::*;
+use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::{
+    DeadLetter, DeadLetterHeaders, FreshConsumer, Handler, OnExhausted, Record, RecordTimestamp,
+    RetryPolicy, RunError, RunSummary, StormGuard, permanent,
+};
+use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use rdkafka::types::RDKafkaApiKey;
+use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use support::kafka::{TestCluster, now_ms, unique, wait_until};
+use support::otlp_receiver::{
+    OtlpReceiver, attrs, histogram_point_with, histogram_points, number_points,
+};
+
+const WAIT: Duration = Duration::from_secs(15);
+const FLUSH: Duration = Duration::from_secs(10);
+
+type Attrs = BTreeMap<String, String>;
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// Everything this test binary logged (`warn,fresh_consumer=info`), as text.
+fn captured_logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(Arc::default)
+}
+
+/// Writes each log line into [`captured_logs`] and to the test's output
+/// (`print!`, captured by the test harness like `with_test_writer`).
+struct Tee(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        print!("{}", String::from_utf8_lossy(buf));
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs, once per binary, a global subscriber for
+/// `warn,fresh_consumer=info` plus RUST_LOG's directives, writing to the
+/// test output and to [`captured_logs`]. One subscriber with one filter, not
+/// two layers with filters of their own: with per-layer filters, events of
+/// concurrently running tests were sometimes lost from both layers.
+fn init() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let buf = Arc::clone(captured_logs());
+        let extra = std::env::var("RUST_LOG").unwrap_or_default();
+        let _ = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Tee(Arc::clone(&buf)))
+            .with_env_filter(EnvFilter::new(format!("warn,fresh_consumer=info,{extra}")))
+            .try_init();
+    });
+}
+
+/// The captured log lines that mention `needle` (tests run concurrently:
+/// filter on something unique to the test, like its topic).
+fn log_lines_with(needle: &str) -> Vec<String> {
+    let logs = captured_logs().lock().unwrap_or_else(|e| e.into_inner());
+    String::from_utf8_lossy(&logs)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A provider exporting to `receiver` every `interval`.
+fn provider_for(receiver: &OtlpReceiver, interval: Duration) -> SdkMeterProvider {
+    OtlpConfig::new()
+        .with_endpoint(receiver.endpoint())
+        .with_export_interval(interval)
+        .with_service_name("failures-test")
+        .build()
+        .expect("provider")
+}
+
+/// A running consumer.
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<Result<RunSummary, RunError>>,
+}
+
+fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) -> RunSummary {
+        self.stop.cancel();
+        self.task.await.expect("run_until task").expect("run_until")
+    }
+}
+
+/// Handler calls per (partition, offset), and the succeeded offsets per
+/// partition in the order they succeeded.
+#[derive(Clone, Default)]
+struct Calls {
+    calls: Arc<Mutex<BTreeMap<(i32, i64), u32>>>,
+    succeeded: Arc<Mutex<BTreeMap<i32, Vec<i64>>>>,
+}
+
+impl Calls {
+    /// Counts a call and returns its number (1-based) for this record.
+    fn call(&self, r: &Record) -> u32 {
+        let mut c = self.calls.lock().unwrap();
+        let n = c.entry((r.partition(), r.offset())).or_default();
+        *n += 1;
+        *n
+    }
+    fn ok(&self, r: &Record) {
+        self.succeeded
+            .lock()
+            .unwrap()
+            .entry(r.partition())
+            .or_default()
+            .push(r.offset());
+    }
+    fn of(&self, partition: i32, offset: i64) -> u32 {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(&(partition, offset))
+            .copied()
+            .unwrap_or(0)
+    }
+    fn succeeded(&self, partition: i32) -> Vec<i64> {
+        self.succeeded
+            .lock()
+            .unwrap()
+            .get(&partition)
+            .cloned()
+            .unwrap_or_default()
+    }
+    fn total_succeeded(&self) -> usize {
+        self.succeeded.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+/// Fixed CreateTime of every produced record: offset `i` is stamped
+/// `base + i`, so a dead-lettered record's timestamp header is known exactly.
+fn base_timestamp() -> i64 {
+    now_ms() - 60_000
+}
+
+fn key_of(p: i32, i: i64) -> String {
+    format!("k{p}-{i}")
+}
+
+fn payload_of(p: i32, i: i64) -> String {
+    format!("p{p}-{i}")
+}
+
+/// The headers the record at `with_headers` carries, to be found again,
+/// unchanged, in its dead-letter copy and its redriven copy.
+fn original_headers() -> Vec<(&'static str, Option<Vec<u8>>)> {
+    vec![
+        ("trace-id", Some(b"trace-4711".to_vec())),
+        ("null-valued", None),
+        ("binary", Some(vec![0, 255, 7])),
+    ]
+}
+
+/// Produces `per_partition` records to each of `partitions` partitions: key
+/// `k{p}-{i}`, payload `p{p}-{i}`, CreateTime `base + i`; the record at
+/// `with_headers` also carries [`original_headers`]. All acknowledged on
+/// return, at offsets `0..per_partition` of an empty topic.
+async fn produce_records(
+    cluster: &TestCluster,
+    topic: &str,
+    partitions: i32,
+    per_partition: i64,
+    base: i64,
+    with_headers: Option<(i32, i64)>,
+) {
+    let mut pending = Vec::new();
+    for p in 0..partitions {
+        for i in 0..per_partition {
+            let (key, payload) = (key_of(p, i), payload_of(p, i));
+            let mut r = FutureRecord::to(topic)
+                .partition(p)
+                .key(&key)
+                .payload(&payload)
+                .timestamp(base + i);
+            if with_headers == Some((p, i)) {
+                let mut h = OwnedHeaders::new();
+                for (name, value) in original_headers() {
+                    h = h.insert(KafkaHeader {
+                        key: name,
+                        value: value.as_deref(),
+                    });
+                }
+                r = r.headers(h);
+            }
+            pending.push((
+                p,
+                i,
+                cluster
+                    .producer()
+                    .send_result(r)
+                    .map_err(|(e, _)| e)
+                    .expect("enqueue"),
+            ));
+        }
+    }
+    for (p, i, f) in pending {
+        let d = f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+        assert_eq!(
+            (d.partition, d.offset),
+            (p, i),
+            "records land at known offsets"
+        );
+    }
+}
+
+/// Creates a topic with exactly this name.
+async fn create_topic_named(cluster: &TestCluster, name: &str, partitions: i32) {
+    if let Some(m) = cluster.mock() {
+        m.create_topic(name, partitions, 1).expect("create topic");
+        return;
+    }
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap())
+        .create()
+        .expect("admin client");
+    let t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics([&t], &AdminOptions::new())
+        .await
+        .expect("create topic")
+    {
+        r.expect("topic created");
+    }
+}
+
+/// A consumed message as a library [`Record`] (what `DeadLetterRecord`
+/// reads).
+fn to_record(m: &BorrowedMessage<'_>) -> Record {
+    let mut r =
+        Record::new(m.topic(), m.partition(), m.offset()).with_timestamp(match m.timestamp() {
+            rdkafka::Timestamp::NotAvailable => RecordTimestamp::NotAvailable,
+            rdkafka::Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
+            rdkafka::Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
+        });
+    if let Some(k) = m.key() {
+        r = r.with_key(k.to_vec());
+    }
+    if let Some(p) = m.payload() {
+        r = r.with_payload(p.to_vec());
+    }
+    if let Some(h) = m.headers() {
+        for h in h.iter() {
+            r = r.with_header(h.key, h.value.map(<[u8]>::to_vec));
+        }
+    }
+    r
+}
+
+/// Every record of `topic` (partitions `0..partitions`) up to the high
+/// watermarks as they are now, read without a consumer group.
+async fn read_topic(cluster: &TestCluster, topic: &str, partitions: i32) -> Vec<Record> {
+    let bootstrap = cluster.bootstrap().to_owned();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", unique("reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("reader");
+        let mut tpl = TopicPartitionList::new();
+        let mut remaining = 0;
+        for p in 0..partitions {
+            let (lo, hi) = c
+                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                .expect("watermarks");
+            if hi > lo {
+                tpl.add_partition_offset(&topic, p, Offset::Offset(lo))
+                    .unwrap();
+                remaining += hi - lo;
+            }
+        }
+        let mut out = Vec::new();
+        if remaining == 0 {
+            return out;
+        }
+        c.assign(&tpl).expect("assign");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while remaining > 0 {
+            assert!(Instant::now() < deadline, "reading {topic} timed out");
+            match c.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    out.push(to_record(&m));
+                    remaining -= 1;
+                }
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+                None => {}
+            }
+        }
+        out
+    })
+    .await
+    .expect("reader task")
+}
+
+/// Sum of the high watermarks of `topic`'s partitions `0..partitions`.
+async fn record_count(cluster: &TestCluster, topic: &str, partitions: i32) -> i64 {
+    cluster
+        .high_watermarks(topic, partitions)
+        .await
+        .iter()
+        .sum()
+}
+
+/// One sample of a [`Sampler`]: when the committed-offset read returned, the
+/// committed offsets it returned, and then (read after them) the number of
+/// records in the watched topic (the dead-letter topic), if one is watched
+/// and its read succeeded.
+#[derive(Clone, Debug)]
+struct Sample {
+    at: Instant,
+    committed: Vec<i64>,
+    watched: Option<i64>,
+}
+
+/// Samples a group's committed offsets (and optionally the record count of a
+/// second topic, read right after) continuously on a thread of its own.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: ThreadHandle<Vec<Sample>>,
+}
+
+impl Sampler {
+    fn start(
+        cluster: &TestCluster,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+        watched: Option<(&str, i32)>,
+    ) -> Self {
+        let reader = cluster.offset_reader(group, topic, partitions);
+        let bootstrap = cluster.bootstrap().to_owned();
+        let watched = watched.map(|(t, n)| (t.to_owned(), n));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let wm: BaseConsumer = ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .create()
+                    .expect("watermark reader");
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Acquire) {
+                    let Ok(committed) = reader.committed(Duration::from_secs(5)) else {
+                        continue;
+                    };
+                    let at = Instant::now();
+                    // `None` as well when a read failed: no claim either way.
+                    let watched = watched.as_ref().and_then(|(t, n)| {
+                        (0..*n)
+                            .map(|p| {
+                                wm.fetch_watermarks(t, p, Duration::from_secs(5))
+                                    .map(|(_, hi)| hi)
+                                    .ok()
+                            })
+                            .sum::<Option<i64>>()
+                    });
+                    samples.push(Sample {
+                        at,
+                        committed,
+                        watched,
+                    });
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                samples
+            })
+        };
+        Sampler { stop, thread }
+    }
+
+    fn finish(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().expect("sampler thread")
+    }
+}
+
+fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
+    let p = partition.to_string();
+    attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_DESTINATION_NAME, topic),
+        (MESSAGING_DESTINATION_PARTITION_ID, &p),
+        (MESSAGING_CONSUMER_GROUP_NAME, group),
+    ])
+}
+
+fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
+    let mut a = base.clone();
+    a.extend(attrs(extra));
+    a
+}
+
+fn process_attrs(base: &Attrs, error_type: Option<&str>) -> Attrs {
+    let mut a = with(
+        base,
+        &[
+            (MESSAGING_OPERATION_NAME, "process"),
+            (MESSAGING_OPERATION_TYPE, "process"),
+        ],
+    );
+    if let Some(e) = error_type {
+        a.insert(ERROR_TYPE.to_owned(), e.to_owned());
+    }
+    a
+}
+
+fn sent_attrs(dlq: &str) -> Attrs {
+    attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_DESTINATION_NAME, dlq),
+        (MESSAGING_OPERATION_NAME, "send"),
+        (MESSAGING_OPERATION_TYPE, "send"),
+    ])
+}
+
+/// The value of the point with exactly `wanted` attributes of the latest
+/// export of sum or gauge `name`, if any.
+fn point(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> Option<f64> {
+    let m = receiver.latest_metric(name)?;
+    number_points(&m)
+        .into_iter()
+        .find(|(a, _)| a == wanted)
+        .map(|(_, v)| v)
+}
+
+fn metric(receiver: &OtlpReceiver, name: &str) -> Metric {
+    receiver
+        .latest_metric(name)
+        .unwrap_or_else(|| panic!("{name} not received; got {:?}", receiver.metric_names()))
+}
+
+/// Event-age samples recorded for partition attributes `base` (all
+/// timestamp types).
+fn event_age_count(receiver: &OtlpReceiver, base: &Attrs) -> u64 {
+    let Some(m) = receiver.latest_metric(EVENT_AGE) else {
+        return 0;
+    };
+    histogram_points(&m)
+        .0
+        .iter()
+        .filter(|p| base.iter().all(|(k, v)| p.attributes.get(k) == Some(v)))
+        .map(|p| p.count)
+        .sum()
+}
+
+fn text<'a>(r: &'a Record, name: &str) -> &'a str {
+    let v = r
+        .header(name)
+        .unwrap_or_else(|| panic!("header {name} missing: {:?}", r.headers()))
+        .unwrap_or_else(|| panic!("header {name} is null"));
+    std::str::from_utf8(v).unwrap_or_else(|_| panic!("header {name} is not UTF-8"))
+}
+
+fn ms_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The headers of `r` that are not dead-letter headers, as (name, value).
+fn non_dlt_headers(r: &Record) -> Vec<(String, Option<Vec<u8>>)> {
+    r.headers()
+        .iter()
+        .filter(|h| !h.name.starts_with("fresh_consumer.dlt.") && !h.name.starts_with("kafka_dlt-"))
+        .map(|h| (h.name.clone(), h.value.clone()))
+        .collect()
+}
+
+fn expected_original_headers() -> Vec<(String, Option<Vec<u8>>)> {
+    original_headers()
+        .into_iter()
+        .map(|(n, v)| (n.to_owned(), v))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// 1. A poison record is dead-lettered once, with its headers, and committed
+//    past only after the dead-letter write was acknowledged
+// ---------------------------------------------------------------------------
+
+/// 3,000 records on 3 partitions; the record at partition 1, offset 386
+/// always fails (a transient error), with 4 attempts and the dead-letter
+/// policy. Exactly 4 handler calls for it and one for every other record;
+/// exactly one dead-letter record, carrying every documented header, the
+/// original key, payload and headers; committed offsets end at the high
+/// watermarks. On the mock the first dead-letter writes are refused by the
+/// broker (NOT_ENOUGH_REPLICAS, retried inside the producer), which holds the
+/// acknowledgement back for a while: a sampler reading the committed offsets
+/// and then the dead-letter topic's size never sees partition 1 committed
+/// past 386 while the dead-letter topic is still empty, and does see it
+/// held at 386 meanwhile. Over the wire: 3 retries, one dead-letter message
+/// with the dead-letter topic attribute, one send to the dead-letter topic,
+/// and no event age for the dead-lettered record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack() {
+    init();
+    const PER_PARTITION: i64 = 1_000;
+    const POISON: (i32, i64) = (1, 386);
+    let started_ms = ms_now();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("poison", 3).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 3).await;
+    let group = unique("g-poison");
+    let base = base_timestamp();
+    produce_records(&cluster, &topic, 3, PER_PARTITION, base, Some(POISON)).await;
+    if let Some(mock) = cluster.mock() {
+        // Refuse the first dead-letter writes; the idempotent producer
+        // retries them (retry.backoff.ms 100 ms, doubling), so the
+        // acknowledgement comes a few hundred milliseconds late.
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 3],
+        );
+    }
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if (r.partition(), r.offset()) == POISON {
+                    assert_eq!(r.key(), Some(key_of(1, 386).as_bytes()));
+                    return Err(std::io::Error::other("cannot parse order: unexpected '}'"));
+                }
+                calls.ok(&r);
+                Ok(())
+            }
+        }
+    };
+    let sampler = Sampler::start(&cluster, &group, &topic, 3, Some((&dlq, 3)));
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(4)
+                    .backoff(Duration::from_millis(10), Duration::from_millis(50)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
+            .meter_provider(&provider),
+    );
+    let hw = vec![PER_PARTITION; 3];
+    wait_until(WAIT, "everything committed", || async {
+        cluster.committed(&group, &topic, 3).await == hw
+    })
+    .await;
+    let samples = sampler.finish();
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    // Handler calls: 4 for the poison record, 1 for every other.
+    assert_eq!(calls.of(POISON.0, POISON.1), 4);
+    {
+        let c = calls.calls.lock().unwrap();
+        assert_eq!(c.len(), 3 * PER_PARTITION as usize);
+        let more: Vec<_> = c
+            .iter()
+            .filter(|(k, n)| **k != POISON && **n != 1)
+            .collect();
+        assert!(more.is_empty(), "records handled more than once: {more:?}");
+    }
+    for p in 0..3 {
+        let want: Vec<i64> = (0..PER_PARTITION).filter(|&i| (p, i) != POISON).collect();
+        assert_eq!(calls.succeeded(p), want, "partition {p}: in order, once");
+    }
+    assert_eq!(cluster.high_watermarks(&topic, 3).await, hw);
+    assert_eq!(cluster.committed(&group, &topic, 3).await, hw);
+    assert_eq!(summary.records_succeeded, 3 * PER_PARTITION as u64 - 1);
+    assert_eq!(summary.failed_attempts, 4);
+
+    // Exactly one dead-letter record, with the documented headers.
+    let parked = read_topic(&cluster, &dlq, 3).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    let d = &parked[0];
+    assert_eq!(d.key(), Some(key_of(1, 386).as_bytes()));
+    assert_eq!(d.payload(), Some(payload_of(1, 386).as_bytes()));
+    assert_eq!(non_dlt_headers(d), expected_original_headers());
+    assert_eq!(text(d, dlt::TOPIC), topic);
+    assert_eq!(text(d, dlt::PARTITION), "1");
+    assert_eq!(text(d, dlt::OFFSET), "386");
+    assert_eq!(text(d, dlt::TIMESTAMP), (base + 386).to_string());
+    assert_eq!(text(d, dlt::TIMESTAMP_TYPE), "create_time");
+    assert_eq!(text(d, dlt::GROUP), group);
+    assert_eq!(text(d, dlt::ATTEMPTS), "4");
+    assert_eq!(text(d, dlt::ERROR_TYPE), "handler_error");
+    assert_eq!(
+        text(d, dlt::ERROR_MESSAGE),
+        "cannot parse order: unexpected '}'"
+    );
+    let first: i64 = text(d, dlt::FIRST_FAILURE).parse().unwrap();
+    let last: i64 = text(d, dlt::LAST_FAILURE).parse().unwrap();
+    assert!(
+        started_ms <= first && first <= last && last <= ms_now(),
+        "failure times {first}..{last} outside the test ({started_ms}..)"
+    );
+    // Exactly the documented native headers, each once, after the originals.
+    let names: Vec<&str> = d.headers().iter().map(|h| h.name.as_str()).collect();
+    let dlt_names: Vec<&str> = names[original_headers().len()..].to_vec();
+    let want: BTreeSet<&str> = [
+        dlt::TOPIC,
+        dlt::PARTITION,
+        dlt::OFFSET,
+        dlt::TIMESTAMP,
+        dlt::TIMESTAMP_TYPE,
+        dlt::GROUP,
+        dlt::ATTEMPTS,
+        dlt::ERROR_TYPE,
+        dlt::ERROR_MESSAGE,
+        dlt::FIRST_FAILURE,
+        dlt::LAST_FAILURE,
+    ]
+    .into();
+    assert_eq!(dlt_names.len(), want.len(), "{names:?}");
+    assert_eq!(dlt_names.iter().copied().collect::<BTreeSet<_>>(), want);
+    let back = DeadLetterRecord::from_record(d).expect("readable dead-letter record");
+    assert_eq!(
+        (back.topic.as_str(), back.partition, back.offset),
+        (topic.as_str(), 1, 386)
+    );
+    assert_eq!(back.timestamp, RecordTimestamp::CreateTime(base + 386));
+    assert_eq!(back.attempts, Some(4));
+
+    // Committed past 386 only once the dead-letter record existed.
+    let early: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.committed[1] > POISON.1 && s.watched == Some(0))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "partition 1 committed past the poison record before it was dead-lettered: {:?}",
+        early.first()
+    );
+    let held = samples
+        .iter()
+        .filter(|s| s.committed[1] == POISON.1 && s.watched == Some(0))
+        .count();
+    eprintln!(
+        "{} samples; {held} with partition 1 held at {} before the dead-letter write",
+        samples.len(),
+        POISON.1
+    );
+    if cluster.mock().is_some() {
+        assert!(
+            held > 0,
+            "the sampler never saw the commit held at the poison record while the write was refused"
+        );
+    }
+    assert!(samples.iter().all(|s| s.committed[1] <= PER_PARTITION));
+
+    // Over the wire.
+    let p1 = partition_attrs(&topic, 1, &group);
+    let retries = metric(&receiver, HANDLER_RETRIES);
+    assert_eq!(number_points(&retries), vec![(p1.clone(), 3.0)]);
+    let dead = metric(&receiver, DEAD_LETTER_MESSAGES);
+    assert_eq!(
+        number_points(&dead),
+        vec![(with(&p1, &[(DEAD_LETTER_TOPIC, &dlq)]), 1.0)]
+    );
+    assert_eq!(dead.unit, "{message}");
+    let sent = metric(&receiver, SENT_MESSAGES);
+    assert_eq!(number_points(&sent), vec![(sent_attrs(&dlq), 1.0)]);
+    let process = metric(&receiver, PROCESS_DURATION);
+    assert_eq!(
+        histogram_point_with(&process, &process_attrs(&p1, Some("handler_error"))).count,
+        4
+    );
+    for p in 0..3 {
+        let pa = partition_attrs(&topic, p, &group);
+        let want = if p == 1 {
+            PER_PARTITION - 1
+        } else {
+            PER_PARTITION
+        };
+        assert_eq!(
+            event_age_count(&receiver, &pa),
+            want as u64,
+            "partition {p}: one event age per succeeded record, none for the dead-lettered one"
+        );
+    }
+    assert!(receiver.latest_metric(SKIPPED_MESSAGES).is_none());
+    assert!(
+        point(&receiver, PARTITION_BLOCKED, &p1).is_none_or(|v| v == 0.0),
+        "a dead-letter write acknowledged after producer-internal retries does not block"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. A dead-letter topic with fewer partitions than the source
+// ---------------------------------------------------------------------------
+
+/// The source has 4 partitions, the dead-letter topic (named explicitly) 1:
+/// a poison record in each source partition lands in dead-letter partition 0
+/// with its own source partition and offset in the headers, and every source
+/// partition is committed to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("narrow-src", 4).await;
+    let dlq = unique("narrow-dlq");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-narrow");
+    produce_records(&cluster, &topic, 4, 20, base_timestamp(), None).await;
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if r.offset() == 7 {
+                    return Err(std::io::Error::other("poison"));
+                }
+                calls.ok(&r);
+                Ok(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(2)
+                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new().topic(&dlq))),
+    );
+    wait_until(WAIT, "every partition committed to its end", || async {
+        cluster.committed(&group, &topic, 4).await == vec![20; 4]
+    })
+    .await;
+    run.stop().await;
+
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    assert_eq!(parked.len(), 4, "{parked:?}");
+    let mut sources: Vec<(i32, i64)> = parked
+        .iter()
+        .map(|r| {
+            assert_eq!(r.partition(), 0);
+            let d = DeadLetterRecord::from_record(r).unwrap();
+            assert_eq!(d.topic, topic);
+            assert_eq!(d.key.as_deref(), Some(key_of(d.partition, 7).as_bytes()));
+            assert_eq!(d.attempts, Some(2));
+            (d.partition, d.offset)
+        })
+        .collect();
+    sources.sort();
+    assert_eq!(sources, vec![(0, 7), (1, 7), (2, 7), (3, 7)]);
+    for p in 0..4 {
+        assert_eq!(calls.of(p, 7), 2);
+        assert_eq!(calls.succeeded(p).len(), 19);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Spring Kafka header names round-trip through DeadLetterRecord
+// ---------------------------------------------------------------------------
+
+/// With `DeadLetterHeaders::SpringKafka` the source fields carry Spring's
+/// names and binary encodings (partition 4 bytes, offset and timestamp 8
+/// bytes big-endian); `DeadLetterRecord::from_record` reads them back, and the
+/// original headers survive without the dead-letter ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("spring", 1).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 2).await;
+    let group = unique("g-spring");
+    let base = base_timestamp();
+    produce_records(&cluster, &topic, 1, 5, base, Some((0, 2))).await;
+
+    let handler = |r: Record| async move {
+        if r.offset() == 2 {
+            return Err(std::io::Error::other("spring-style failure"));
+        }
+        Ok(())
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(2)
+                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(
+                DeadLetter::new().headers(DeadLetterHeaders::SpringKafka),
+            )),
+    );
+    wait_until(WAIT, "committed to the end", || async {
+        cluster.committed(&group, &topic, 1).await == vec![5]
+    })
+    .await;
+    run.stop().await;
+
+    let parked = read_topic(&cluster, &dlq, 2).await;
+    assert_eq!(parked.len(), 1);
+    let r = &parked[0];
+    let raw = |name: &str| r.header(name).flatten().map(<[u8]>::to_vec);
+    assert_eq!(raw(dlt::SPRING_TOPIC), Some(topic.clone().into_bytes()));
+    assert_eq!(
+        raw(dlt::SPRING_PARTITION),
+        Some(0i32.to_be_bytes().to_vec())
+    );
+    assert_eq!(raw(dlt::SPRING_OFFSET), Some(2i64.to_be_bytes().to_vec()));
+    assert_eq!(
+        raw(dlt::SPRING_TIMESTAMP),
+        Some((base + 2).to_be_bytes().to_vec())
+    );
+    assert_eq!(text(r, dlt::SPRING_TIMESTAMP_TYPE), "CREATE_TIME");
+    assert_eq!(text(r, dlt::SPRING_GROUP), group);
+    assert_eq!(text(r, dlt::SPRING_EXCEPTION_FQCN), "handler_error");
+    assert_eq!(
+        text(r, dlt::SPRING_EXCEPTION_MESSAGE),
+        "spring-style failure"
+    );
+    assert_eq!(text(r, dlt::ATTEMPTS), "2");
+    for native in [
+        dlt::TOPIC,
+        dlt::PARTITION,
+        dlt::OFFSET,
+        dlt::GROUP,
+        dlt::ERROR_TYPE,
+    ] {
+        assert_eq!(r.header(native), None, "{native} written in Spring mode");
+    }
+
+    let d = DeadLetterRecord::from_record(r).expect("readable");
+    assert_eq!(d.topic, topic);
+    assert_eq!(d.partition, 0);
+    assert_eq!(d.offset, 2);
+    assert_eq!(d.timestamp, RecordTimestamp::CreateTime(base + 2));
+    assert_eq!(d.group.as_deref(), Some(group.as_str()));
+    assert_eq!(d.attempts, Some(2));
+    assert_eq!(d.error_type.as_deref(), Some("handler_error"));
+    assert_eq!(d.error_message.as_deref(), Some("spring-style failure"));
+    assert_eq!(d.key.as_deref(), Some(key_of(0, 2).as_bytes()));
+    assert_eq!(d.payload.as_deref(), Some(payload_of(0, 2).as_bytes()));
+    let headers: Vec<(String, Option<Vec<u8>>)> = d
+        .headers
+        .iter()
+        .map(|h| (h.name.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(headers, expected_original_headers());
+}
+
+// ---------------------------------------------------------------------------
+// 4. The dead-letter topic cannot be written
+// ---------------------------------------------------------------------------
+
+/// Every Produce request is refused (NOT_ENOUGH_REPLICAS: `acks=all` cannot
+/// be met) and the dead-letter producer gives a write up after
+/// `message.timeout.ms` = 300 ms. Meanwhile partition 1 stays committed at
+/// the poison record, is reported blocked (`fresh_consumer.partition.blocked`
+/// = 1 over the wire), the failed sends are counted with their error, and
+/// partitions 0 and 2 are committed to their ends. Once the broker accepts
+/// writes again the record is parked exactly once, the commit moves to the
+/// end, and the gauge returns to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers() {
+    init();
+    let cluster = TestCluster::start();
+    let Some(mock) = cluster.mock() else {
+        eprintln!("skipped: needs the mock broker");
+        return;
+    };
+    const POISON: i64 = 10;
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_millis(100));
+    let topic = cluster.topic("dlq-down", 3).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-dlq-down");
+    produce_records(&cluster, &topic, 3, 30, base_timestamp(), None).await;
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 10_000],
+    );
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if (r.partition(), r.offset()) == (1, POISON) {
+                    return Err(permanent("malformed"));
+                }
+                calls.ok(&r);
+                Ok::<(), fresh_consumer::BoxError>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new().backoff(Duration::from_millis(10), Duration::from_millis(100)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(
+                DeadLetter::new().producer_property("message.timeout.ms", "300"),
+            ))
+            .meter_provider(&provider),
+    );
+    let p1 = partition_attrs(&topic, 1, &group);
+    let sent_failed = with(&sent_attrs(&dlq), &[(ERROR_TYPE, "_MSG_TIMED_OUT")]);
+    wait_until(
+        WAIT,
+        "other partitions at their ends, partition 1 at the poison record",
+        || async { cluster.committed(&group, &topic, 3).await == vec![30, POISON, 30] },
+    )
+    .await;
+    wait_until(
+        WAIT,
+        "partition 1 reported blocked over the wire",
+        || async { point(&receiver, PARTITION_BLOCKED, &p1) == Some(1.0) },
+    )
+    .await;
+    wait_until(WAIT, "two failed dead-letter writes counted", || async {
+        point(&receiver, SENT_MESSAGES, &sent_failed).is_some_and(|v| v >= 2.0)
+    })
+    .await;
+    // The record is still neither handled nor parked: nothing moved.
+    assert_eq!(
+        cluster.committed(&group, &topic, 3).await,
+        vec![30, POISON, 30]
+    );
+    assert_eq!(record_count(&cluster, &dlq, 1).await, 0);
+    assert_eq!(calls.of(1, POISON), 1, "a permanent error is not retried");
+    assert_eq!(calls.of(1, POISON + 1), 0, "nothing after the record ran");
+    assert!(
+        log_lines_with(&topic)
+            .iter()
+            .any(|l| l.contains("writing to the dead-letter topic failed")),
+        "the failed write is logged"
+    );
+
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    wait_until(WAIT, "parked and committed to the end", || async {
+        cluster.committed(&group, &topic, 3).await == vec![30; 3]
+    })
+    .await;
+    wait_until(WAIT, "the gauge back to 0", || async {
+        point(&receiver, PARTITION_BLOCKED, &p1) == Some(0.0)
+    })
+    .await;
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    assert_eq!(parked.len(), 1, "parked exactly once: {parked:?}");
+    assert_eq!(text(&parked[0], dlt::OFFSET), POISON.to_string());
+    assert_eq!(text(&parked[0], dlt::ERROR_TYPE), "permanent");
+    assert_eq!(calls.of(1, POISON), 1);
+    assert_eq!(
+        calls.succeeded(1),
+        (0..30).filter(|&i| i != POISON).collect::<Vec<_>>()
+    );
+    assert_eq!(summary.records_succeeded, 89);
+    assert_eq!(
+        point(
+            &receiver,
+            DEAD_LETTER_MESSAGES,
+            &with(&p1, &[(DEAD_LETTER_TOPIC, &dlq)])
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        point(&receiver, SENT_MESSAGES, &sent_attrs(&dlq)),
+        Some(1.0)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 5. Block policy
+// ---------------------------------------------------------------------------
+
+/// With the block policy and 2 attempts, a record that fails 3 times and
+/// then succeeds blocks its partition after its second attempt, is retried
+/// at the capped backoff, and succeeds once. A sampler of the committed
+/// offsets shows partition 0 held at the record (and never past it) in every
+/// read that returned before the success; afterwards it reaches the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_policy_holds_the_partition_until_the_record_succeeds() {
+    init();
+    const POISON: i64 = 5;
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("block", 2).await;
+    let group = unique("g-block");
+    produce_records(&cluster, &topic, 2, 20, base_timestamp(), None).await;
+
+    let calls = Calls::default();
+    let success_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let handler = {
+        let (calls, success_at) = (calls.clone(), Arc::clone(&success_at));
+        move |r: Record| {
+            let (calls, success_at) = (calls.clone(), Arc::clone(&success_at));
+            async move {
+                let n = calls.call(&r);
+                if (r.partition(), r.offset()) == (0, POISON) {
+                    if n <= 3 {
+                        return Err(std::io::Error::other("downstream unavailable"));
+                    }
+                    *success_at.lock().unwrap() = Some(Instant::now());
+                }
+                calls.ok(&r);
+                Ok(())
+            }
+        }
+    };
+    let sampler = Sampler::start(&cluster, &group, &topic, 2, None);
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(2)
+                    .backoff(Duration::from_millis(10), Duration::from_millis(300)),
+            )
+            .on_exhausted(OnExhausted::Block),
+    );
+    wait_until(WAIT, "both partitions committed to their ends", || async {
+        cluster.committed(&group, &topic, 2).await == vec![20, 20]
+    })
+    .await;
+    let samples = sampler.finish();
+    let summary = run.stop().await;
+
+    let success_at = success_at.lock().unwrap().expect("the record succeeded");
+    assert_eq!(calls.of(0, POISON), 4, "3 failures, then one success");
+    assert_eq!(
+        calls.succeeded(0),
+        (0..20).collect::<Vec<_>>(),
+        "handled once, in order"
+    );
+    assert_eq!(calls.succeeded(1), (0..20).collect::<Vec<_>>());
+    assert_eq!(summary.failed_attempts, 3);
+    // Reads that returned before the success never show partition 0 past it.
+    let before: Vec<&Sample> = samples.iter().filter(|s| s.at < success_at).collect();
+    let past: Vec<&&Sample> = before.iter().filter(|s| s.committed[0] > POISON).collect();
+    assert!(
+        past.is_empty(),
+        "committed past the blocked record: {:?}",
+        past.first()
+    );
+    let held = before.iter().filter(|s| s.committed[0] == POISON).count();
+    eprintln!(
+        "{} samples before the success, {held} held at {POISON}",
+        before.len()
+    );
+    assert!(
+        held > 0,
+        "the sampler never saw the commit held at the record"
+    );
+    assert!(
+        log_lines_with(&topic)
+            .iter()
+            .any(|l| l.contains("partition blocked at a record whose attempts ran out")),
+        "the block is logged"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 6. A permanent error
+// ---------------------------------------------------------------------------
+
+/// `permanent(e)` skips the retries: one handler call, straight to the
+/// dead-letter topic with `error.type=permanent` and attempts 1; no retry
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_error_is_not_retried() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("permanent", 1).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-permanent");
+    produce_records(&cluster, &topic, 1, 6, base_timestamp(), None).await;
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if r.offset() == 2 {
+                    let e = "twelve".parse::<u32>().unwrap_err();
+                    return Err(permanent(e));
+                }
+                calls.ok(&r);
+                Ok(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(RetryPolicy::new().max_attempts(5))
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
+            .meter_provider(&provider),
+    );
+    wait_until(WAIT, "committed to the end", || async {
+        cluster.committed(&group, &topic, 1).await == vec![6]
+    })
+    .await;
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    assert_eq!(calls.of(0, 2), 1, "no retries");
+    assert_eq!(summary.failed_attempts, 1);
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    assert_eq!(parked.len(), 1);
+    assert_eq!(text(&parked[0], dlt::ERROR_TYPE), "permanent");
+    assert_eq!(text(&parked[0], dlt::ATTEMPTS), "1");
+    assert_eq!(
+        text(&parked[0], dlt::ERROR_MESSAGE),
+        "invalid digit found in string"
+    );
+    assert!(
+        receiver.latest_metric(HANDLER_RETRIES).is_none(),
+        "no retry counted"
+    );
+    let p0 = partition_attrs(&topic, 0, &group);
+    assert_eq!(
+        point(
+            &receiver,
+            DEAD_LETTER_MESSAGES,
+            &with(&p0, &[(DEAD_LETTER_TOPIC, &dlq)])
+        ),
+        Some(1.0)
+    );
+    assert_eq!(event_age_count(&receiver, &p0), 5);
+}
+
+// ---------------------------------------------------------------------------
+// 7. Skip policy
+// ---------------------------------------------------------------------------
+
+/// `SkipAndCommitPast`: the record is given up after its attempts and
+/// committed past; counted in `fresh_consumer.skipped.messages`, logged at
+/// ERROR, and it records no event age.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_policy_commits_past_and_counts_the_record() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("skip", 2).await;
+    let group = unique("g-skip");
+    produce_records(&cluster, &topic, 2, 10, base_timestamp(), None).await;
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if (r.partition(), r.offset()) == (0, 3) {
+                    return Err(std::io::Error::other("still failing"));
+                }
+                calls.ok(&r);
+                Ok(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(3)
+                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
+            )
+            .on_exhausted(OnExhausted::SkipAndCommitPast)
+            .meter_provider(&provider),
+    );
+    wait_until(WAIT, "committed to the ends", || async {
+        cluster.committed(&group, &topic, 2).await == vec![10, 10]
+    })
+    .await;
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    assert_eq!(calls.of(0, 3), 3);
+    assert_eq!(calls.succeeded(0), vec![0, 1, 2, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(summary.records_succeeded, 19);
+    let p0 = partition_attrs(&topic, 0, &group);
+    let p1 = partition_attrs(&topic, 1, &group);
+    let skipped = metric(&receiver, SKIPPED_MESSAGES);
+    assert_eq!(number_points(&skipped), vec![(p0.clone(), 1.0)]);
+    assert_eq!(skipped.unit, "{message}");
+    assert_eq!(point(&receiver, HANDLER_RETRIES, &p0), Some(2.0));
+    assert_eq!(
+        event_age_count(&receiver, &p0),
+        9,
+        "no event age for the skipped record"
+    );
+    assert_eq!(event_age_count(&receiver, &p1), 10);
+    assert!(receiver.latest_metric(DEAD_LETTER_MESSAGES).is_none());
+    assert!(
+        log_lines_with(&topic)
+            .iter()
+            .any(|l| l.contains("ERROR") && l.contains("skip policy")),
+        "the skip is logged at ERROR"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 8. Storm guard
+// ---------------------------------------------------------------------------
+
+/// 90 % of the records fail (permanently, so no retry delays), with the
+/// dead-letter policy and a storm guard judging more than 50 % failing once
+/// 10 records finished. One partition, so the arithmetic is exact: offset 0
+/// succeeds, offsets 1..=8 are dead-lettered (fewer than 10 finished), and
+/// offset 9 (10 finished, 9 failed) trips the guard: the partition blocks
+/// there instead of dead-lettering, the log says so, and
+/// `fresh_consumer.storm_guard.active` and `fresh_consumer.partition.blocked`
+/// read 1 over the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_guard_turns_dead_lettering_into_blocking() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_millis(100));
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("storm", 1).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-storm");
+    produce_records(&cluster, &topic, 1, 100, base_timestamp(), None).await;
+
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if r.offset() % 10 != 0 {
+                    return Err(permanent("dependency returns garbage"));
+                }
+                calls.ok(&r);
+                Ok::<(), fresh_consumer::BoxError>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new().backoff(Duration::from_millis(10), Duration::from_millis(100)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
+            .storm_guard(
+                StormGuard::new()
+                    .max_failure_ratio(0.5)
+                    .window(Duration::from_secs(60))
+                    .min_records(10),
+            )
+            .meter_provider(&provider),
+    );
+    let p0 = partition_attrs(&topic, 0, &group);
+    let group_attrs = attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_CONSUMER_GROUP_NAME, &group),
+    ]);
+    wait_until(WAIT, "the storm guard active over the wire", || async {
+        point(&receiver, STORM_GUARD_ACTIVE, &group_attrs) == Some(1.0)
+    })
+    .await;
+    wait_until(WAIT, "partition 0 reported blocked", || async {
+        point(&receiver, PARTITION_BLOCKED, &p0) == Some(1.0)
+    })
+    .await;
+    wait_until(WAIT, "committed up to the blocking record", || async {
+        cluster.committed(&group, &topic, 1).await == vec![9]
+    })
+    .await;
+    // Blocked, not dead-lettering: further attempts of offset 9 keep failing
+    // and nothing more reaches the dead-letter topic.
+    wait_until(WAIT, "offset 9 retried while blocked", || async {
+        calls.of(0, 9) >= 3
+    })
+    .await;
+    assert_eq!(record_count(&cluster, &dlq, 1).await, 8);
+    assert_eq!(calls.of(0, 10), 0, "nothing after the blocking record ran");
+    assert_eq!(cluster.committed(&group, &topic, 1).await, vec![9]);
+    // The guard's own line names no topic; no other test of this binary
+    // fails enough records to trip its guard.
+    assert!(
+        !log_lines_with("storm guard tripped").is_empty(),
+        "the guard says so in the log"
+    );
+    assert!(
+        log_lines_with(&topic)
+            .iter()
+            .any(|l| l.contains("storm_guard=true") && l.contains("partition blocked")),
+        "the block names the storm guard"
+    );
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    let offsets: Vec<String> = parked
+        .iter()
+        .map(|r| text(r, dlt::OFFSET).to_owned())
+        .collect();
+    assert_eq!(offsets, (1..=8).map(|i| i.to_string()).collect::<Vec<_>>());
+}
+
+// ---------------------------------------------------------------------------
+// 9. Panics and handler timeouts are failed attempts
+// ---------------------------------------------------------------------------
+
+/// With `handler_timeout` 300 ms and 2 attempts (dead-letter policy): a
+/// record that panics once and one that hangs once each succeed on their
+/// second attempt; one that always panics and one that always hangs are
+/// dead-lettered with `error.type` `panic` and `timeout`. Every failed attempt
+/// shows in `messaging.process.duration` with its `error.type`, and the
+/// consumer keeps handling the records after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("panic-timeout", 1).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-panic-timeout");
+    produce_records(&cluster, &topic, 1, 8, base_timestamp(), None).await;
+    // Offsets: 1 panics once, 2 hangs once, 3 always panics, 4 always hangs.
+    let calls = Calls::default();
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (calls, cancelled) = (calls.clone(), Arc::clone(&cancelled));
+        move |r: Record| {
+            let (calls, cancelled) = (calls.clone(), Arc::clone(&cancelled));
+            async move {
+                let n = calls.call(&r);
+                let hang = |cancelled: Arc<AtomicUsize>| async move {
+                    // Counts the abandoned attempt when its future is dropped.
+                    struct OnDrop(Arc<AtomicUsize>);
+                    impl Drop for OnDrop {
+                        fn drop(&mut self) {
+                            self.0.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let _guard = OnDrop(cancelled);
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                };
+                match (r.offset(), n) {
+                    (1, 1) | (3, _) => panic!("handler bug at offset {}", r.offset()),
+                    (2, 1) | (4, _) => hang(cancelled).await,
+                    _ => {}
+                }
+                calls.ok(&r);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .handler_timeout(Duration::from_millis(300))
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(2)
+                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
+            )
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
+            .meter_provider(&provider),
+    );
+    wait_until(WAIT, "committed to the end", || async {
+        cluster.committed(&group, &topic, 1).await == vec![8]
+    })
+    .await;
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, FLUSH).await;
+
+    assert_eq!(calls.succeeded(0), vec![0, 1, 2, 5, 6, 7]);
+    for (offset, n) in [(1, 2), (2, 2), (3, 2), (4, 2)] {
+        assert_eq!(calls.of(0, offset), n, "offset {offset}");
+    }
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        3,
+        "timed-out attempts were dropped"
+    );
+    assert_eq!(summary.failed_attempts, 6);
+    assert_eq!(summary.records_succeeded, 6);
+
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    let got: Vec<(String, String, String)> = parked
+        .iter()
+        .map(|r| {
+            (
+                text(r, dlt::OFFSET).to_owned(),
+                text(r, dlt::ERROR_TYPE).to_owned(),
+                text(r, dlt::ERROR_MESSAGE).to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "3".to_owned(),
+                "panic".to_owned(),
+                "handler panicked: handler bug at offset 3".to_owned()
+            ),
+            (
+                "4".to_owned(),
+                "timeout".to_owned(),
+                "handler did not finish within 300ms".to_owned()
+            ),
+        ]
+    );
+
+    let p0 = partition_attrs(&topic, 0, &group);
+    let process = metric(&receiver, PROCESS_DURATION);
+    assert_eq!(
+        histogram_point_with(&process, &process_attrs(&p0, Some("panic"))).count,
+        3
+    );
+    let timeouts = histogram_point_with(&process, &process_attrs(&p0, Some("timeout")));
+    assert_eq!(timeouts.count, 3);
+    assert!(timeouts.min.unwrap() >= 0.3, "{timeouts:?}");
+    assert_eq!(
+        histogram_point_with(&process, &process_attrs(&p0, None)).count,
+        6
+    );
+    assert_eq!(point(&receiver, HANDLER_RETRIES, &p0), Some(4.0));
+    assert_eq!(event_age_count(&receiver, &p0), 6);
+}
+
+// ---------------------------------------------------------------------------
+// 10. Redrive: a parked record goes back to its source topic
+// ---------------------------------------------------------------------------
+
+/// The redrive logic of `examples/redrive.rs`, minimally: reads the
+/// dead-letter topic from `group`'s committed position (earliest when none)
+/// to its current end, republishes every record to its source topic and
+/// partition with the original key, payload, timestamp and headers (not the
+/// dead-letter headers), waits for the acknowledgements, then commits the
+/// group past what it read. Returns the redriven records' source positions.
+async fn redrive(bootstrap: &str, dlq: &str, group: &str) -> Vec<(String, i32, i64)> {
+    let (b, t, g) = (bootstrap.to_owned(), dlq.to_owned(), group.to_owned());
+    let (consumer, parked, next) = tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("group.id", &g)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("redrive consumer");
+        let md = c
+            .fetch_metadata(Some(&t), Duration::from_secs(10))
+            .expect("metadata");
+        let partitions = md.topics()[0].partitions().len() as i32;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&t, p);
+        }
+        let committed = c
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        let mut start = TopicPartitionList::new();
+        let mut next = TopicPartitionList::new();
+        let mut remaining = 0;
+        for p in 0..partitions {
+            let (lo, hi) = c
+                .fetch_watermarks(&t, p, Duration::from_secs(10))
+                .expect("watermarks");
+            let from = match committed.find_partition(&t, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o.max(lo),
+                _ => lo,
+            };
+            if hi > from {
+                start
+                    .add_partition_offset(&t, p, Offset::Offset(from))
+                    .unwrap();
+                next.add_partition_offset(&t, p, Offset::Offset(hi))
+                    .unwrap();
+                remaining += hi - from;
+            }
+        }
+        let mut out = Vec::new();
+        if remaining > 0 {
+            c.assign(&start).expect("assign");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while remaining > 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "reading the dead-letter topic timed out"
+                );
+                if let Some(m) = c.poll(Duration::from_millis(100)) {
+                    out.push(to_record(&m.expect("dead-letter record")));
+                    remaining -= 1;
+                }
+            }
+        }
+        (c, out, next)
+    })
+    .await
+    .expect("reader task");
+    if parked.is_empty() {
+        return Vec::new();
+    }
+
+    let producer: rdkafka::producer::FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("redrive producer");
+    let mut redriven = Vec::new();
+    for r in &parked {
+        let d = DeadLetterRecord::from_record(r).expect("a dead-letter record");
+        let mut headers = OwnedHeaders::new_with_capacity(d.headers.len());
+        for h in &d.headers {
+            headers = headers.insert(KafkaHeader {
+                key: &h.name,
+                value: h.value.as_deref(),
+            });
+        }
+        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&d.topic)
+            .partition(d.partition)
+            .headers(headers);
+        if let Some(k) = &d.key {
+            out = out.key(k);
+        }
+        if let Some(p) = &d.payload {
+            out = out.payload(p);
+        }
+        if let Some(ms) = d.timestamp.millis() {
+            out = out.timestamp(ms);
+        }
+        producer
+            .send(out, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("redrive write acknowledged");
+        redriven.push((d.topic.clone(), d.partition, d.offset));
+    }
+    // Only after every write was acknowledged: a crash before this commit
+    // redrives again (at least once), never loses a record.
+    tokio::task::spawn_blocking(move || consumer.commit(&next, CommitMode::Sync))
+        .await
+        .expect("commit task")
+        .expect("commit the redrive group");
+    redriven
+}
+
+/// A record whose handler is broken for it is dead-lettered; after the fix
+/// the redrive republishes it to its source topic and partition with the
+/// original key, payload, timestamp and headers (none of the dead-letter
+/// headers), and the fixed consumer, restarted in the same group, handles it.
+/// A second redrive in the same redrive group finds nothing: each parked
+/// record is redriven once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("redrive", 2).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-redrive");
+    let base = base_timestamp();
+    produce_records(&cluster, &topic, 2, 5, base, Some((1, 3))).await;
+
+    // Version 1: cannot handle the record at partition 1, offset 3.
+    let calls = Calls::default();
+    let broken = {
+        let calls = calls.clone();
+        move |r: Record| {
+            let calls = calls.clone();
+            async move {
+                calls.call(&r);
+                if r.payload() == Some(payload_of(1, 3).as_bytes()) {
+                    return Err(permanent("unsupported order format"));
+                }
+                calls.ok(&r);
+                Ok::<(), fresh_consumer::BoxError>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, broken)
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
+    );
+    wait_until(WAIT, "version 1 committed past everything", || async {
+        cluster.committed(&group, &topic, 2).await == vec![5, 5]
+    })
+    .await;
+    run.stop().await;
+    assert_eq!(calls.total_succeeded(), 9);
+    assert_eq!(record_count(&cluster, &dlq, 1).await, 1);
+
+    // The redrive.
+    let redrive_group = unique("g-redrive-tool");
+    let redriven = redrive(cluster.bootstrap(), &dlq, &redrive_group).await;
+    assert_eq!(redriven, vec![(topic.clone(), 1, 3)]);
+    assert_eq!(cluster.high_watermarks(&topic, 2).await, vec![5, 6]);
+
+    // Version 2, same group: handles the redriven record (and nothing else).
+    let seen: Arc<Mutex<Vec<Record>>> = Arc::default();
+    let fixed = {
+        let seen = Arc::clone(&seen);
+        move |r: Record| {
+            seen.lock().unwrap().push(r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(cluster.consumer(&group, &topic, fixed));
+    wait_until(
+        WAIT,
+        "version 2 committed past the redriven record",
+        || async { cluster.committed(&group, &topic, 2).await == vec![5, 6] },
+    )
+    .await;
+    run.stop().await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let r = &seen[0];
+    assert_eq!((r.partition(), r.offset()), (1, 5));
+    assert_eq!(r.key(), Some(key_of(1, 3).as_bytes()));
+    assert_eq!(r.payload(), Some(payload_of(1, 3).as_bytes()));
+    assert_eq!(r.timestamp(), RecordTimestamp::CreateTime(base + 3));
+    let headers: Vec<(String, Option<Vec<u8>>)> = r
+        .headers()
+        .iter()
+        .map(|h| (h.name.clone(), h.value.clone()))
+        .collect();
+    assert_eq!(
+        headers,
+        expected_original_headers(),
+        "original headers only"
+    );
+
+    // Redriven once: the redrive group is past it.
+    assert!(
+        redrive(cluster.bootstrap(), &dlq, &redrive_group)
+            .await
+            .is_empty()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 11. A handler that panics before it returns its future
+// ---------------------------------------------------------------------------
+
+/// A handler closure that does its work synchronously and returns a ready
+/// future (like `std::future::ready`) panics in the call itself, not while
+/// its future is polled. That panic is a failed attempt like any other: the
+/// record is retried and succeeds, and the partition is committed to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("sync-panic", 1).await;
+    let group = unique("g-sync-panic");
+    produce_records(&cluster, &topic, 1, 5, base_timestamp(), None).await;
+    let calls = Calls::default();
+    let handler = {
+        let calls = calls.clone();
+        move |r: Record| {
+            if calls.call(&r) == 1 && r.offset() == 2 {
+                panic!("synchronous handler bug");
+            }
+            calls.ok(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .on_exhausted(OnExhausted::Block),
+    );
+    wait_until(WAIT, "committed to the end", || async {
+        cluster.committed(&group, &topic, 1).await == vec![5]
+    })
+    .await;
+    let summary = run.stop().await;
+    assert_eq!(calls.of(0, 2), 2);
+    assert_eq!(calls.succeeded(0), vec![0, 1, 2, 3, 4]);
+    assert_eq!(summary.failed_attempts, 1);
+}
+
+// ---------------------------------------------------------------------------
+// 12. The dead-letter producer hits a fatal error
+// ---------------------------------------------------------------------------
+
+/// The idempotent dead-letter producer treats OUT_OF_ORDER_SEQUENCE_NUMBER
+/// as fatal: every later write on it fails with `_FATAL`. The writer
+/// replaces such a producer, so the record is parked on a later write
+/// attempt and the partition moves on instead of staying blocked until a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_dead_letter_producer_is_replaced() {
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    init();
+    let cluster = TestCluster::start();
+    let Some(mock) = cluster.mock() else {
+        eprintln!("skipped: needs the mock broker");
+        return;
+    };
+    let topic = cluster.topic("dlq-fatal", 1).await;
+    let dlq = format!("{topic}.dlt");
+    create_topic_named(&cluster, &dlq, 1).await;
+    let group = unique("g-dlq-fatal");
+    produce_records(&cluster, &topic, 1, 10, base_timestamp(), None).await;
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    let handler = |r: Record| async move {
+        if r.offset() == 3 {
+            return Err(permanent("malformed"));
+        }
+        Ok::<(), fresh_consumer::BoxError>(())
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
+    );
+    wait_until(WAIT, "parked and committed to the end", || async {
+        cluster.committed(&group, &topic, 1).await == vec![10]
+    })
+    .await;
+    run.stop().await;
+    let parked = read_topic(&cluster, &dlq, 1).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(text(&parked[0], dlt::OFFSET), "3");
+    assert!(
+        log_lines_with(&dlq)
+            .iter()
+            .any(|l| l.contains("replaced it with a new one")),
+        "the replacement is logged"
+    );
+}

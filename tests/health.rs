@@ -1,0 +1,1372 @@
+//! Partition health on the mock broker, one test per way a lag graph lies:
+//! a count without an age, a hot partition, a slow dependency, a rebalance
+//! loop (a forced rejoin), a stuck partition, a retention overrun (at
+//! restart, with the fail policy, and while running); plus a committed
+//! offset above the high watermark, where a new group starts, and an idle
+//! topic that must stay healthy. Every wait has a deadline.
+//!
+//! Gauges are asserted over the wire (an in-process OTLP receiver, export
+//! every 200 ms) where the issue implies it, and through
+//! `HealthHandle::snapshot` otherwise.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use fresh_consumer::metrics::*;
+use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::{
+    ConsumerState, FreshConsumer, Handler, HealthHandle, HealthReason, HealthSnapshot,
+    HealthStatus, HealthThresholds, OnExhausted, PartitionStatus, Record, RetentionOverrunPolicy,
+    RetryPolicy, RunError, RunSummary,
+};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use rdkafka::producer::FutureRecord;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, filter};
+
+use support::kafka::{TestCluster, now_ms, unique, wait_until};
+use support::otlp_receiver::{OtlpReceiver, attrs, number_points, sum_total_matching};
+
+const WAIT: Duration = Duration::from_secs(15);
+type Attrs = BTreeMap<String, String>;
+
+// ---------------------------------------------------------------------------
+// Log capture
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct Captured {
+    level: tracing::Level,
+    message: String,
+    fields: String,
+}
+
+fn captured() -> &'static Mutex<Vec<Captured>> {
+    static CAPTURED: OnceLock<Mutex<Vec<Captured>>> = OnceLock::new();
+    CAPTURED.get_or_init(Mutex::default)
+}
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    rest: String,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        } else {
+            let _ = write!(self.rest, "{}={value:?} ", field.name());
+        }
+    }
+}
+
+struct Capture;
+
+impl<S: tracing::Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        captured().lock().unwrap().push(Captured {
+            level: *event.metadata().level(),
+            message: fields.message,
+            fields: fields.rest,
+        });
+    }
+}
+
+fn init() {
+    let capture = Capture.with_filter(filter::filter_fn(|m| {
+        m.target().starts_with("fresh_consumer") && *m.level() <= tracing::Level::INFO
+    }));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_test_writer()
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
+        );
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(capture)
+        .try_init();
+}
+
+/// Library log events containing `needle` in their message or fields.
+fn logged(level: tracing::Level, needle: &str) -> Vec<Captured> {
+    captured()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.level == level && (c.message.contains(needle) || c.fields.contains(needle)))
+        .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// A provider exporting to `receiver` every 200 ms.
+fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
+    OtlpConfig::new()
+        .with_endpoint(receiver.endpoint())
+        .with_export_interval(Duration::from_millis(200))
+        .with_service_name("health-test")
+        .build()
+        .expect("provider")
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<Result<RunSummary, RunError>>,
+    health: HealthHandle,
+}
+
+fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
+    let health = consumer.health_handle();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    Running { stop, task, health }
+}
+
+impl Running {
+    async fn stop(self) -> RunSummary {
+        self.stop.cancel();
+        self.task.await.expect("run_until task").expect("run_until")
+    }
+}
+
+fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
+    let p = partition.to_string();
+    attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_DESTINATION_NAME, topic),
+        (MESSAGING_DESTINATION_PARTITION_ID, &p),
+        (MESSAGING_CONSUMER_GROUP_NAME, group),
+    ])
+}
+
+fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
+    let mut a = base.clone();
+    a.extend(attrs(extra));
+    a
+}
+
+/// The latest exported value of gauge `name` with exactly these attributes.
+fn gauge(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> Option<f64> {
+    let m = receiver.latest_metric(name)?;
+    number_points(&m)
+        .into_iter()
+        .find(|(a, _)| a == wanted)
+        .map(|(_, v)| v)
+}
+
+/// Waits until the snapshot satisfies `cond`; returns it.
+async fn wait_snapshot(
+    health: &HealthHandle,
+    timeout: Duration,
+    what: &str,
+    cond: impl Fn(&HealthSnapshot) -> bool,
+) -> HealthSnapshot {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = health.snapshot();
+        if cond(&s) {
+            return s;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}; last snapshot:\n{s}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A gate handlers wait on until it opens.
+#[derive(Clone, Default)]
+struct Gate(Arc<(AtomicBool, tokio::sync::Notify)>);
+
+impl Gate {
+    async fn wait(&self) {
+        while !self.0.0.load(Ordering::Acquire) {
+            let notified = self.0.1.notified();
+            if self.0.0.load(Ordering::Acquire) {
+                break;
+            }
+            notified.await;
+        }
+    }
+    fn open(&self) {
+        self.0.0.store(true, Ordering::Release);
+        self.0.1.notify_waiters();
+    }
+}
+
+/// Offsets each partition's handler saw, in order.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<BTreeMap<i32, Vec<i64>>>>);
+
+impl Seen {
+    fn push(&self, r: &Record) {
+        self.0
+            .lock()
+            .unwrap()
+            .entry(r.partition())
+            .or_default()
+            .push(r.offset());
+    }
+    fn of(&self, p: i32) -> Vec<i64> {
+        self.0.lock().unwrap().get(&p).cloned().unwrap_or_default()
+    }
+    fn count(&self, p: i32) -> usize {
+        self.0.lock().unwrap().get(&p).map_or(0, Vec::len)
+    }
+}
+
+/// Produces `n` records of `size` bytes to one partition, all acknowledged.
+async fn produce_bulk(cluster: &TestCluster, topic: &str, partition: i32, n: usize, size: usize) {
+    let payload = vec![b'x'; size];
+    let mut futures = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = format!("bulk-{i}");
+        let r = FutureRecord::to(topic)
+            .partition(partition)
+            .key(&key)
+            .payload(&payload[..]);
+        futures.push(
+            cluster
+                .producer()
+                .send_result(r)
+                .map_err(|(e, _)| e)
+                .expect("enqueue"),
+        );
+    }
+    for f in futures {
+        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+    }
+}
+
+async fn watermarks(cluster: &TestCluster, topic: &str, partition: i32) -> (i64, i64) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let bootstrap = cluster.bootstrap().to_owned();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .expect("watermark reader");
+        c.fetch_watermarks(&topic, partition, Duration::from_secs(10))
+            .expect("watermarks")
+    })
+    .await
+    .expect("watermark task")
+}
+
+/// Commits `offset` for `partition` in `group`, as another member would.
+async fn commit_offset(
+    cluster: &TestCluster,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    let bootstrap = cluster.bootstrap().to_owned();
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("committer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).expect("commit");
+    })
+    .await
+    .expect("commit task");
+}
+
+/// Short thresholds so the tests see the statuses within seconds.
+fn fast_thresholds() -> HealthThresholds {
+    HealthThresholds::default()
+        .with_stall_after(Duration::from_secs(2))
+        .with_no_success_after(Duration::from_secs(3))
+        .with_lag_growth_window(Duration::from_secs(2))
+}
+
+// ---------------------------------------------------------------------------
+// 1. A count without an age
+// ---------------------------------------------------------------------------
+
+/// Two partitions with the same lag, one whose records are 60 s old and one
+/// whose records are fresh: the lag gauges are equal, the head-of-line ages
+/// are not (over the wire and in the snapshot). Once the records are
+/// handled, both ages are 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_without_an_age() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("count-age", 2).await;
+    let group = unique("g-count-age");
+    let old = now_ms() - 60_000;
+    for i in 0..20 {
+        cluster
+            .produce(&topic, 0, &format!("o{i}"), "v", Some(old + i))
+            .await;
+        cluster
+            .produce(&topic, 1, &format!("f{i}"), "v", None)
+            .await;
+    }
+    let gate = Gate::default();
+    let handler = {
+        let gate = gate.clone();
+        move |_r: Record| {
+            let gate = gate.clone();
+            async move {
+                gate.wait().await;
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .meter_provider(&provider),
+    );
+    let p0 = partition_attrs(&topic, 0, &group);
+    let p1 = partition_attrs(&topic, 1, &group);
+    let committed = [(LAG_POSITION, "committed")];
+    wait_until(WAIT, "both lags at 20 over the wire", || async {
+        gauge(&receiver, PARTITION_LAG, &with(&p0, &committed)) == Some(20.0)
+            && gauge(&receiver, PARTITION_LAG, &with(&p1, &committed)) == Some(20.0)
+    })
+    .await;
+    let (a0, a1) = (
+        gauge(&receiver, PARTITION_HEAD_AGE, &p0).expect("head age p0"),
+        gauge(&receiver, PARTITION_HEAD_AGE, &p1).expect("head age p1"),
+    );
+    eprintln!("head ages over the wire: p0 {a0:.2} s, p1 {a1:.2} s");
+    assert!((59.0..70.0).contains(&a0), "p0 head age {a0}");
+    assert!(a1 < 5.0, "p1 head age {a1}");
+
+    let s = run.health.snapshot();
+    eprintln!("{s}");
+    let (r0, r1) = (
+        s.partition(&topic, 0).unwrap(),
+        s.partition(&topic, 1).unwrap(),
+    );
+    assert_eq!((r0.lag, r1.lag), (Some(20), Some(20)), "same count");
+    assert!(r0.head_age >= Duration::from_secs(59), "{r0:?}");
+    assert!(r1.head_age < Duration::from_secs(5), "{r1:?}");
+
+    gate.open();
+    let s = wait_snapshot(&run.health, WAIT, "both partitions caught up", |s| {
+        s.partitions
+            .iter()
+            .all(|p| p.lag == Some(0) && p.head_age.is_zero())
+    })
+    .await;
+    assert_eq!(s.status, HealthStatus::Healthy, "{s}");
+    wait_until(WAIT, "head ages 0 over the wire", || async {
+        gauge(&receiver, PARTITION_HEAD_AGE, &p0) == Some(0.0)
+            && gauge(&receiver, PARTITION_HEAD_AGE, &p1) == Some(0.0)
+    })
+    .await;
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// 2. A hot partition
+// ---------------------------------------------------------------------------
+
+/// 12,000 records, 90 % on one partition, handled at about 1 ms each: the
+/// small partitions reach lag 0 and head age 0 while the hot one still
+/// carries thousands of records, in the lag gauge over the wire (which the
+/// library never sums) and in the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("hot", 3).await;
+    let group = unique("g-hot");
+    // 90 % (10,800) on partition 0, 600 on each of the others.
+    produce_bulk(&cluster, &topic, 0, 10_800, 50).await;
+    produce_bulk(&cluster, &topic, 1, 600, 50).await;
+    produce_bulk(&cluster, &topic, 2, 600, 50).await;
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            let seen = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                seen.push(&r);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .meter_provider(&provider),
+    );
+    let committed = [(LAG_POSITION, "committed")];
+    let pa: Vec<Attrs> = (0..3).map(|p| partition_attrs(&topic, p, &group)).collect();
+    wait_until(
+        WAIT,
+        "the small partitions at lag 0 over the wire",
+        || async {
+            gauge(&receiver, PARTITION_LAG, &with(&pa[1], &committed)) == Some(0.0)
+                && gauge(&receiver, PARTITION_LAG, &with(&pa[2], &committed)) == Some(0.0)
+        },
+    )
+    .await;
+    let hot = gauge(&receiver, PARTITION_LAG, &with(&pa[0], &committed)).unwrap();
+    eprintln!(
+        "small partitions drained; hot lag over the wire {hot}, hot handled {}",
+        seen.count(0)
+    );
+    assert!(hot > 1_000.0, "the hot partition carries the lag: {hot}");
+    for p in [1, 2] {
+        assert_eq!(gauge(&receiver, PARTITION_HEAD_AGE, &pa[p]), Some(0.0));
+    }
+    assert!(gauge(&receiver, PARTITION_HEAD_AGE, &pa[0]).unwrap() > 0.0);
+    let s = run.health.snapshot();
+    eprintln!("{s}");
+    let hot = s.partition(&topic, 0).unwrap();
+    assert!(hot.lag.unwrap() > 1_000, "{hot:?}");
+    assert!(hot.head_age > Duration::ZERO);
+    for p in [1, 2] {
+        let r = s.partition(&topic, p).unwrap();
+        assert_eq!((r.lag, r.head_age), (Some(0), Duration::ZERO), "{r:?}");
+        assert_eq!(r.status, PartitionStatus::Ok);
+    }
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// 3. A slow dependency
+// ---------------------------------------------------------------------------
+
+/// Records arrive at about 40/s. With a 1 ms handler the head age stays
+/// small; raised to 50 ms (20/s) a backlog forms: the head age rises past a
+/// second and the batch duration over the wire with it, while the poll
+/// interval stays flat (the poll loop never waits for handlers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("slow-dep", 1).await;
+    let group = unique("g-slow-dep");
+    let latency_ms = Arc::new(AtomicU64::new(1));
+    let handler = {
+        let latency_ms = Arc::clone(&latency_ms);
+        move |_r: Record| {
+            let ms = latency_ms.load(Ordering::Relaxed);
+            async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .health_thresholds(
+                HealthThresholds::default().with_lag_growth_window(Duration::from_millis(1_500)),
+            )
+            .meter_provider(&provider),
+    );
+    // The producer: one record every 25 ms, stamped now.
+    let producing = CancellationToken::new();
+    let producer = {
+        let producing = producing.clone();
+        let producer = cluster.producer().clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !producing.is_cancelled() {
+                let key = format!("k{i}");
+                let r = FutureRecord::to(&topic).partition(0).key(&key).payload("v");
+                let _ = producer.send(r, Duration::from_secs(5)).await;
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            i
+        })
+    };
+    let p0 = partition_attrs(&topic, 0, &group);
+    // The largest head age seen over `for_`, and whether the partition was
+    // WARN (lag growing while commits advance) at some look.
+    let watch = |from: Instant, for_: Duration| {
+        let health = run.health.clone();
+        let topic = topic.clone();
+        async move {
+            let (mut max, mut warned) = (Duration::ZERO, false);
+            while from.elapsed() < for_ {
+                if let Some(p) = health.snapshot().partition(&topic, 0) {
+                    max = max.max(p.head_age);
+                    warned |= p.status == PartitionStatus::Warn;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (max, warned)
+        }
+    };
+    wait_snapshot(&run.health, WAIT, "partition 0 assigned", |s| {
+        s.partition(&topic, 0)
+            .is_some_and(|p| p.committed_offset.is_some())
+    })
+    .await;
+    let (fast, warned_fast) = watch(Instant::now(), Duration::from_secs(2)).await;
+    let batch_fast = batch_max(&receiver, &p0);
+    latency_ms.store(50, Ordering::Relaxed);
+    let (slow, warned_slow) = watch(Instant::now(), Duration::from_secs(3)).await;
+    // Back to fast: the backlog drains and its batch ends.
+    latency_ms.store(1, Ordering::Relaxed);
+    wait_snapshot(&run.health, WAIT, "the backlog drained", |s| {
+        s.partition(&topic, 0)
+            .is_some_and(|p| p.head_age < Duration::from_millis(500) && p.lag.unwrap_or(99) < 5)
+    })
+    .await;
+    wait_until(WAIT, "a long batch over the wire", || async {
+        batch_max(&receiver, &p0) >= 1.0
+    })
+    .await;
+    producing.cancel();
+    let produced = producer.await.unwrap();
+    let batch_slow = batch_max(&receiver, &p0);
+    let gaps = poll_max(&receiver, &group);
+    eprintln!(
+        "produced {produced}; head age max: 1 ms handler {fast:?}, 50 ms handler {slow:?}; \
+         batch max before {batch_fast:.3} s, after {batch_slow:.3} s; poll gap max {gaps:.3} s; \
+         WARN seen: fast {warned_fast}, slow {warned_slow}"
+    );
+    assert!(!warned_fast, "keeping up is not WARN");
+    assert!(warned_slow, "a lag growing while commits advance is WARN");
+    assert!(fast < Duration::from_millis(500), "{fast:?}");
+    assert!(slow > Duration::from_secs(1), "{slow:?}");
+    assert!(batch_fast < 0.5, "{batch_fast}");
+    assert!(batch_slow >= 1.0, "{batch_slow}");
+    // Flat: no gap beyond the idle poll tick (plus scheduling slack).
+    assert!(gaps < 1.5, "poll gap max {gaps}");
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+fn batch_max(receiver: &OtlpReceiver, p: &Attrs) -> f64 {
+    use support::otlp_receiver::histogram_points;
+    receiver
+        .latest_metric(BATCH_DURATION)
+        .map(|m| {
+            histogram_points(&m)
+                .0
+                .iter()
+                .filter(|h| &h.attributes == p)
+                .filter_map(|h| h.max)
+                .fold(0.0, f64::max)
+        })
+        .unwrap_or(0.0)
+}
+
+fn poll_max(receiver: &OtlpReceiver, group: &str) -> f64 {
+    use support::otlp_receiver::histogram_points;
+    let g = attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_CONSUMER_GROUP_NAME, group),
+    ]);
+    receiver
+        .latest_metric(POLL_INTERVAL)
+        .map(|m| {
+            histogram_points(&m)
+                .0
+                .iter()
+                .filter(|h| h.attributes == g)
+                .filter_map(|h| h.max)
+                .fold(0.0, f64::max)
+        })
+        .unwrap_or(0.0)
+}
+
+// ---------------------------------------------------------------------------
+// 4. A forced rejoin (the rebalance loop's signature)
+// ---------------------------------------------------------------------------
+
+/// The broker answers heartbeats with UNKNOWN_MEMBER_ID: librdkafka loses
+/// the assignment and rejoins as a new member. The rebalance counter counts
+/// assigned and lost over the wire, the member-id change is logged with the
+/// old and new ids, and the snapshot carries the new id and the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
+    use rdkafka::types::RDKafkaApiKey;
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
+    init();
+    let cluster = TestCluster::start();
+    let Some(mock) = cluster.mock() else {
+        eprintln!("skipped: needs the mock broker");
+        return;
+    };
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let topic = cluster.topic("rejoin", 1).await;
+    let group = unique("g-rejoin");
+    cluster.produce(&topic, 0, "k", "v", None).await;
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            // The mock waits for the old member's session to expire.
+            .set("session.timeout.ms", "2000")
+            .set("heartbeat.interval.ms", "200")
+            .meter_provider(&provider),
+    );
+    let first = wait_snapshot(&run.health, WAIT, "assigned with a member id", |s| {
+        s.member_id.is_some() && s.partitions.len() == 1
+    })
+    .await;
+    let first_id = first.member_id.clone().unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID],
+    );
+    let s = wait_snapshot(&run.health, WAIT, "a new member id", |s| {
+        s.member_id.as_deref().is_some_and(|id| id != first_id) && s.partitions.len() == 1
+    })
+    .await;
+    eprintln!("member id {first_id} -> {:?}; {s}", s.member_id);
+    assert_eq!(s.member_id_changes, 1);
+    assert!(s.rebalances >= 3, "assigned, lost, assigned: {s}");
+    let lines = logged(tracing::Level::WARN, "group member id changed");
+    let line = lines
+        .iter()
+        .find(|c| c.fields.contains(&first_id))
+        .unwrap_or_else(|| panic!("no member-id change logged for {first_id}: {lines:?}"));
+    assert!(
+        line.fields.contains(s.member_id.as_deref().unwrap()),
+        "{line:?}"
+    );
+    let g = attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_CONSUMER_GROUP_NAME, &group),
+    ]);
+    let count = |kind: &str| {
+        sum_total_matching(
+            receiver.latest_metric(REBALANCES).as_ref(),
+            &with(&g, &[(REBALANCE_TYPE, kind)]),
+        )
+    };
+    wait_until(WAIT, "rebalances over the wire", || async {
+        count("assigned") >= 2.0 && count("lost") + count("revoked") >= 1.0
+    })
+    .await;
+    eprintln!(
+        "rebalances: assigned {} revoked {} lost {}",
+        count("assigned") + 0.0,
+        count("revoked") + 0.0,
+        count("lost") + 0.0
+    );
+    assert_eq!(
+        gauge(&receiver, ASSIGNMENT_SIZE, &g),
+        Some(1.0),
+        "assignment size"
+    );
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// 5. A stuck partition
+// ---------------------------------------------------------------------------
+
+/// One record of partition 1 always fails; its attempts run out and the
+/// block policy holds the partition. Within the stall window (2 s, plus the
+/// evaluation tick) the partition is STALL over the wire and in the
+/// snapshot, the snapshot is unhealthy and names that partition (stalled,
+/// blocked by a failing record), and the other partitions are OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("stuck", 3).await;
+    let group = unique("g-stuck");
+    cluster.produce_many(&topic, 3, 20).await;
+    let failing_since: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let handler = {
+        let failing_since = Arc::clone(&failing_since);
+        move |r: Record| {
+            let fail = r.partition() == 1 && r.offset() == 5;
+            if fail {
+                failing_since
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(Instant::now);
+            }
+            std::future::ready(if fail {
+                Err(std::io::Error::other("poison record"))
+            } else {
+                Ok(())
+            })
+        }
+    };
+    let stall_after = Duration::from_secs(2);
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(
+                RetryPolicy::new()
+                    .max_attempts(3)
+                    .backoff(Duration::from_millis(10), Duration::from_millis(100)),
+            )
+            .on_exhausted(OnExhausted::Block)
+            .health_thresholds(fast_thresholds().with_stall_after(stall_after))
+            .meter_provider(&provider),
+    );
+    let s = wait_snapshot(&run.health, WAIT, "partition 1 stalls", |s| {
+        s.partition(&topic, 1)
+            .is_some_and(|p| p.status == PartitionStatus::Stall)
+    })
+    .await;
+    let since = failing_since.lock().unwrap().expect("the record failed");
+    let took = since.elapsed();
+    eprintln!("STALL {took:?} after the first failure:\n{s}");
+    assert!(
+        took <= stall_after + Duration::from_millis(700),
+        "STALL within the window: {took:?}"
+    );
+    assert_eq!(s.status, HealthStatus::Unhealthy);
+    let p1 = s.partition(&topic, 1).unwrap();
+    assert_eq!(p1.committed_offset, Some(5), "{p1:?}");
+    assert_eq!(p1.lag, Some(15));
+    assert!(
+        p1.reasons
+            .iter()
+            .any(|r| matches!(r, HealthReason::Stalled { duration } if *duration >= stall_after)),
+        "{p1:?}"
+    );
+    assert!(
+        p1.reasons
+            .iter()
+            .any(|r| matches!(r, HealthReason::BlockedByFailingRecord { .. })),
+        "{p1:?}"
+    );
+    assert!(p1.head_age > Duration::ZERO);
+    for p in [0, 2] {
+        let r = s.partition(&topic, p).unwrap();
+        assert_eq!(r.status, PartitionStatus::Ok, "{r:?}");
+        assert!(r.reasons.is_empty(), "{r:?}");
+        assert_eq!(r.lag, Some(0));
+    }
+    assert!(s.to_string().contains(&format!("{topic}:1 stall")), "{s}");
+    // Over the wire: the status state set and the stalled duration.
+    let p1a = partition_attrs(&topic, 1, &group);
+    wait_until(WAIT, "stall over the wire", || async {
+        gauge(
+            &receiver,
+            PARTITION_STATUS,
+            &with(&p1a, &[(STATUS, "stall")]),
+        ) == Some(1.0)
+            && gauge(&receiver, PARTITION_STATUS, &with(&p1a, &[(STATUS, "ok")])) == Some(0.0)
+            && gauge(&receiver, PARTITION_STALLED_DURATION, &p1a).unwrap_or(0.0) >= 2.0
+    })
+    .await;
+    let p0a = partition_attrs(&topic, 0, &group);
+    assert_eq!(
+        gauge(&receiver, PARTITION_STATUS, &with(&p0a, &[(STATUS, "ok")])),
+        Some(1.0)
+    );
+    assert_eq!(
+        gauge(&receiver, PARTITION_STALLED_DURATION, &p0a),
+        Some(0.0)
+    );
+    // No success for 3 s while records wait joins the reasons.
+    let s = wait_snapshot(&run.health, WAIT, "no success reported", |s| {
+        s.partition(&topic, 1).is_some_and(|p| {
+            p.reasons
+                .iter()
+                .any(|r| matches!(r, HealthReason::NoSuccess { .. }))
+        })
+    })
+    .await;
+    assert_eq!(s.status, HealthStatus::Unhealthy);
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// 6. A retention overrun
+// ---------------------------------------------------------------------------
+
+/// The group commits at N = 10, stops; 7 MB more records pass the mock's
+/// 5 MiB per-partition cap, so the log start offset moves past N.
+async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, i64, i64, i64) {
+    let topic = cluster.topic(prefix, 2).await;
+    let group = unique(&format!("g-{prefix}"));
+    cluster.produce_many(&topic, 2, 10).await;
+    commit_offset(cluster, &group, &topic, 0, 10).await;
+    commit_offset(cluster, &group, &topic, 1, 10).await;
+    produce_bulk(cluster, &topic, 0, 700, 10_000).await;
+    let (lo, hi) = watermarks(cluster, &topic, 0).await;
+    assert!(
+        lo > 10,
+        "the log start moved past the committed offset: {lo}"
+    );
+    (topic, group, 10, lo, hi)
+}
+
+/// Restarted after the log start passed its committed offset N, the
+/// consumer counts log start - N records lost (over the wire), logs it at
+/// ERROR with the partition and both offsets, resumes at the log start
+/// (default policy), and the snapshot reports the overrun (degraded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
+    init();
+    let cluster = TestCluster::start();
+    if cluster.mock().is_none() {
+        eprintln!("skipped: needs the mock broker's 5 MiB retention");
+        return;
+    }
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun").await;
+    eprintln!("committed {n}, log start {lo}, high watermark {hi}");
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .meter_provider(&provider),
+    );
+    wait_until(
+        WAIT,
+        "partition 0 consumed to the high watermark",
+        || async { seen.count(0) as i64 == hi - lo },
+    )
+    .await;
+    assert_eq!(seen.of(0).first(), Some(&lo), "resumed at the log start");
+    assert!(seen.of(0).windows(2).all(|w| w[1] == w[0] + 1));
+    assert_eq!(seen.count(1), 0, "partition 1 was committed at its end");
+    let p0 = partition_attrs(&topic, 0, &group);
+    wait_until(WAIT, "the overrun counted over the wire", || async {
+        sum_total_matching(
+            receiver.latest_metric(RETENTION_OVERRUN_MESSAGES).as_ref(),
+            &p0,
+        ) == (lo - n) as f64
+    })
+    .await;
+    assert_eq!(
+        sum_total_matching(
+            receiver.latest_metric(OFFSET_RESETS).as_ref(),
+            &with(&p0, &[(OFFSET_RESET_REASON, "retention_overrun")])
+        ),
+        1.0
+    );
+    assert_eq!(
+        sum_total_matching(
+            receiver.latest_metric(RETENTION_OVERRUN_MESSAGES).as_ref(),
+            &partition_attrs(&topic, 1, &group)
+        ),
+        0.0
+    );
+    let errors = logged(tracing::Level::ERROR, "retention overrun");
+    let line = errors
+        .iter()
+        .find(|c| c.fields.contains(&topic))
+        .unwrap_or_else(|| panic!("no ERROR log for {topic}: {errors:?}"));
+    eprintln!("logged: {} {}", line.message, line.fields);
+    for want in [
+        "partition=0".to_owned(),
+        format!("committed_offset={n}"),
+        format!("log_start_offset={lo}"),
+        format!("lost={}", lo - n),
+    ] {
+        assert!(line.fields.contains(&want), "{want} in {line:?}");
+    }
+    let s = wait_snapshot(&run.health, WAIT, "caught up", |s| {
+        s.partition(&topic, 0).is_some_and(|p| p.lag == Some(0))
+    })
+    .await;
+    eprintln!("{s}");
+    assert_eq!(s.status, HealthStatus::Degraded, "{s}");
+    let r = s.partition(&topic, 0).unwrap();
+    assert!(
+        matches!(
+            r.reasons.as_slice(),
+            [HealthReason::RetentionOverrun { offset, log_start_offset, lost, policy: RetentionOverrunPolicy::Earliest, resumed_at: Some(at), .. }]
+                if *offset == n && *log_start_offset == lo && *lost == (lo - n) as u64 && *at == lo
+        ),
+        "{r:?}"
+    );
+    assert_eq!(r.status, PartitionStatus::Ok);
+    assert_eq!(cluster.committed(&group, &topic, 2).await, vec![hi, 10]);
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+/// The same overrun with the fail policy: partition 0 is not consumed, its
+/// committed offset stays at N, it is STOP, and the snapshot is unhealthy
+/// naming it; partition 1 is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
+    init();
+    let cluster = TestCluster::start();
+    if cluster.mock().is_none() {
+        eprintln!("skipped: needs the mock broker's 5 MiB retention");
+        return;
+    }
+    let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun-fail").await;
+    cluster.produce(&topic, 1, "k", "after", None).await;
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retention_overrun_policy(RetentionOverrunPolicy::Fail)
+            .health_thresholds(fast_thresholds()),
+    );
+    wait_until(WAIT, "partition 1 consumed", || async {
+        seen.count(1) == 1
+    })
+    .await;
+    let s = wait_snapshot(
+        &run.health,
+        WAIT,
+        "partition 0 stopped, partition 1 committed",
+        |s| {
+            s.partition(&topic, 0)
+                .is_some_and(|p| p.status == PartitionStatus::Stop)
+                && s.partition(&topic, 1).is_some_and(|p| p.lag == Some(0))
+        },
+    )
+    .await;
+    eprintln!("{s}");
+    assert_eq!(s.status, HealthStatus::Unhealthy);
+    let r = s.partition(&topic, 0).unwrap();
+    assert_eq!(
+        r.reasons,
+        vec![HealthReason::RetentionOverrun {
+            offset: n,
+            log_start_offset: lo,
+            lost: (lo - n) as u64,
+            policy: RetentionOverrunPolicy::Fail,
+            resumed_at: None,
+            ago: match &r.reasons[0] {
+                HealthReason::RetentionOverrun { ago, .. } => *ago,
+                other => panic!("{other:?}"),
+            },
+        }]
+    );
+    assert_eq!(r.lag, Some((hi - n) as u64));
+    let r1 = s.partition(&topic, 1).unwrap();
+    assert_eq!((r1.status, r1.lag), (PartitionStatus::Ok, Some(0)));
+    // Stays stopped: nothing of partition 0 is handled or committed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(seen.count(0), 0);
+    assert_eq!(cluster.committed(&group, &topic, 2).await, vec![n, 11]);
+    let s = run.health.snapshot();
+    assert_eq!(
+        s.partition(&topic, 0).map(|p| p.status),
+        Some(PartitionStatus::Stop)
+    );
+    assert!(!logged(tracing::Level::ERROR, "retention_overrun_policy = fail").is_empty());
+    run.stop().await;
+}
+
+/// The consumer falls behind retention while running: partition 0's buffer
+/// is full (its handler waits), so it is paused; 7 MB more records pass the
+/// cap. When the handler goes on, librdkafka finds the position out of
+/// range and stops the partition's fetcher; the library counts the records
+/// lost since the last fetched one, restarts the partition at the log
+/// start, and reports the overrun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn falling_behind_retention_while_running_is_detected() {
+    init();
+    let cluster = TestCluster::start();
+    if cluster.mock().is_none() {
+        eprintln!("skipped: needs the mock broker's 5 MiB retention");
+        return;
+    }
+    let topic = cluster.topic("overrun-running", 1).await;
+    let group = unique("g-overrun-running");
+    // More than the buffer holds (1,000): the partition is paused.
+    cluster.produce_many(&topic, 1, 1_100).await;
+    let gate = Gate::default();
+    let seen = Seen::default();
+    let handler = {
+        let (gate, seen) = (gate.clone(), seen.clone());
+        move |r: Record| {
+            let (gate, seen) = (gate.clone(), seen.clone());
+            async move {
+                gate.wait().await;
+                seen.push(&r);
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(cluster.consumer(&group, &topic, handler));
+    let s = wait_snapshot(&run.health, WAIT, "the buffer full", |s| {
+        s.partition(&topic, 0)
+            .and_then(|p| p.high_watermark)
+            .is_some_and(|h| h > 1_000)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    eprintln!("{s}");
+    produce_bulk(&cluster, &topic, 0, 700, 10_000).await;
+    let (lo, hi) = watermarks(&cluster, &topic, 0).await;
+    gate.open();
+    wait_until(WAIT, "consumed to the high watermark", || async {
+        seen.of(0).last() == Some(&(hi - 1))
+    })
+    .await;
+    let offsets = seen.of(0);
+    let jump = offsets
+        .windows(2)
+        .find(|w| w[1] != w[0] + 1)
+        .map(|w| (w[0], w[1]))
+        .expect("a jump over the deleted records");
+    eprintln!(
+        "log start {lo}, high watermark {hi}; handled up to {} then from {}",
+        jump.0, jump.1
+    );
+    assert_eq!(jump.1, lo, "resumed at the log start");
+    let s = run.health.snapshot();
+    eprintln!("{s}");
+    let r = s.partition(&topic, 0).unwrap();
+    assert!(
+        r.reasons.iter().any(|x| matches!(x,
+            HealthReason::RetentionOverrun { offset, log_start_offset, lost, resumed_at: Some(at), .. }
+                if *offset == jump.0 + 1 && *log_start_offset == lo && *lost == (lo - jump.0 - 1) as u64 && *at == lo)),
+        "{r:?}"
+    );
+    run.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// A committed offset above the high watermark
+// ---------------------------------------------------------------------------
+
+/// The group's committed offset is above the high watermark (as after the
+/// topic was deleted and recreated): reported (ERROR log, offset-reset
+/// counter, snapshot), consumption resumes at the log start, and the first
+/// commit is a rewind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_offset_above_the_high_watermark_is_reported() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("above-hw", 1).await;
+    let group = unique("g-above-hw");
+    cluster.produce_many(&topic, 1, 5).await;
+    commit_offset(&cluster, &group, &topic, 0, 1_000).await;
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .health_thresholds(fast_thresholds())
+            .meter_provider(&provider),
+    );
+    wait_until(WAIT, "the 5 records handled", || async {
+        seen.count(0) == 5
+    })
+    .await;
+    assert_eq!(seen.of(0), vec![0, 1, 2, 3, 4]);
+    let s = wait_snapshot(&run.health, WAIT, "the rewind seen", |s| {
+        s.partition(&topic, 0)
+            .is_some_and(|p| p.status == PartitionStatus::Rewind)
+    })
+    .await;
+    eprintln!("{s}");
+    let r = s.partition(&topic, 0).unwrap();
+    assert!(
+        r.reasons.iter().any(|x| matches!(
+            x,
+            HealthReason::CommittedAboveHighWatermark {
+                offset: 1_000,
+                high_watermark: 5,
+                resumed_at: Some(0),
+                ..
+            }
+        )),
+        "{r:?}"
+    );
+    assert!(
+        r.reasons.iter().any(|x| matches!(
+            x,
+            HealthReason::Rewound {
+                from: 1_000,
+                to: 5,
+                ..
+            }
+        )),
+        "{r:?}"
+    );
+    assert_eq!(s.status, HealthStatus::Degraded);
+    let p0 = partition_attrs(&topic, 0, &group);
+    wait_until(WAIT, "the anomaly counted over the wire", || async {
+        sum_total_matching(
+            receiver.latest_metric(OFFSET_RESETS).as_ref(),
+            &with(&p0, &[(OFFSET_RESET_REASON, "above_high_watermark")]),
+        ) == 1.0
+            && gauge(
+                &receiver,
+                PARTITION_STATUS,
+                &with(&p0, &[(STATUS, "rewind")]),
+            ) == Some(1.0)
+    })
+    .await;
+    assert!(
+        logged(tracing::Level::ERROR, "above the high watermark")
+            .iter()
+            .any(|c| c.fields.contains(&topic))
+    );
+    // The rewind is reported for the lag-growth window only.
+    wait_snapshot(&run.health, WAIT, "rewind over", |s| {
+        s.partition(&topic, 0)
+            .is_some_and(|p| p.status == PartitionStatus::Ok)
+    })
+    .await;
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// 7. An idle topic
+// ---------------------------------------------------------------------------
+
+/// After its records are handled, a topic stays idle for longer than every
+/// window (stall 1 s, no success 1 s, lag growth 1 s): no STALL, no STOP,
+/// the snapshot stays healthy at every look, and the status over the wire
+/// is ok. Also measures how old the statistics get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_topic_stays_healthy() {
+    init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("idle", 2).await;
+    let group = unique("g-idle");
+    cluster.produce_many(&topic, 2, 5).await;
+    let seen = Seen::default();
+    let handler = {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let t = Duration::from_secs(1);
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .health_thresholds(
+                HealthThresholds::default()
+                    .with_stall_after(t)
+                    .with_no_success_after(t)
+                    .with_lag_growth_window(t),
+            )
+            .meter_provider(&provider),
+    );
+    wait_snapshot(&run.health, WAIT, "caught up", |s| {
+        s.partitions.len() == 2 && s.partitions.iter().all(|p| p.lag == Some(0))
+    })
+    .await;
+    let idle_from = Instant::now();
+    let mut max_stats_age = Duration::ZERO;
+    let mut looks = 0;
+    while idle_from.elapsed() < Duration::from_secs(4) {
+        let s = run.health.snapshot();
+        assert_eq!(s.status, HealthStatus::Healthy, "{s}");
+        for p in &s.partitions {
+            assert_eq!(p.status, PartitionStatus::Ok, "{s}");
+            assert_eq!(
+                (p.lag, p.stalled_for, p.head_age),
+                (Some(0), Duration::ZERO, Duration::ZERO)
+            );
+            if let Some(a) = p.statistics_age {
+                max_stats_age = max_stats_age.max(a);
+            }
+        }
+        looks += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("{looks} snapshots over 4 s idle; oldest statistics seen: {max_stats_age:?}");
+    assert!(
+        max_stats_age <= Duration::from_millis(2_500),
+        "statistics every 1 s, handed over within a poll tick: {max_stats_age:?}"
+    );
+    for p in 0..2 {
+        let pa = partition_attrs(&topic, p, &group);
+        assert_eq!(
+            gauge(&receiver, PARTITION_STATUS, &with(&pa, &[(STATUS, "ok")])),
+            Some(1.0)
+        );
+        for bad in ["warn", "stall", "stop", "rewind"] {
+            assert_eq!(
+                gauge(&receiver, PARTITION_STATUS, &with(&pa, &[(STATUS, bad)])),
+                Some(0.0)
+            );
+        }
+        assert_eq!(gauge(&receiver, PARTITION_STALLED_DURATION, &pa), Some(0.0));
+    }
+    // Shapes over the wire: kind, unit, string attribute values.
+    for (name, kind, unit) in [
+        (PARTITION_LAG, "gauge", "{message}"),
+        (PARTITION_HEAD_AGE, "gauge", "s"),
+        (PARTITION_STALLED_DURATION, "gauge", "s"),
+        (PARTITION_STATUS, "gauge", "1"),
+        (ASSIGNMENT_SIZE, "gauge", "{partition}"),
+        (REBALANCES, "sum", "{event}"),
+    ] {
+        let m = receiver.latest_metric(name).expect(name);
+        assert_eq!(
+            (support::otlp_receiver::kind(&m), m.unit.as_str()),
+            (kind, unit),
+            "{name}"
+        );
+        assert!(!m.description.is_empty(), "{name}");
+        for (key, kinds) in support::otlp_receiver::attribute_kinds(&m) {
+            assert_eq!(
+                kinds.into_iter().collect::<Vec<_>>(),
+                vec!["string"],
+                "{name}: {key}"
+            );
+        }
+    }
+    let rebalances = receiver.latest_metric(REBALANCES).unwrap();
+    assert_eq!(support::otlp_receiver::sum_shape(&rebalances), (true, 2));
+    // A snapshot is cheap.
+    let started = Instant::now();
+    for _ in 0..1_000 {
+        std::hint::black_box(run.health.snapshot());
+    }
+    let per_snapshot = started.elapsed() / 1_000;
+    eprintln!("a snapshot of 2 partitions takes {per_snapshot:?}");
+    assert!(per_snapshot < Duration::from_millis(1), "{per_snapshot:?}");
+
+    let health = run.health.clone();
+    let summary = run.stop().await;
+    assert_eq!(summary.records_succeeded, 10);
+    // Stopped: the handle says so, and no partition is reported any more.
+    let s = health.snapshot();
+    assert_eq!(s.state, ConsumerState::Stopped);
+    assert_eq!(s.status, HealthStatus::Unhealthy);
+    assert_eq!(s.reasons, vec![HealthReason::Stopped]);
+    assert!(s.partitions.is_empty());
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------
+// Where a new group starts
+// ---------------------------------------------------------------------------
+
+/// librdkafka runs with `auto.offset.reset=error`, yet a group without
+/// committed offsets starts where the user's `auto.offset.reset` says:
+/// `latest` skips what is there (no overrun, no offset-reset count), and
+/// `error` leaves the partition unconsumed and reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_starts_where_auto_offset_reset_says() {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("new-group", 2).await;
+    cluster.produce_many(&topic, 2, 5).await;
+    let seen = Seen::default();
+    let recorder = |seen: &Seen| {
+        let seen = seen.clone();
+        move |r: Record| {
+            seen.push(&r);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        }
+    };
+    let latest = start(
+        cluster
+            .consumer(&unique("g-latest"), &topic, recorder(&seen))
+            .set("auto.offset.reset", "latest"),
+    );
+    wait_snapshot(&latest.health, WAIT, "assigned at the end", |s| {
+        s.partitions.len() == 2 && s.partitions.iter().all(|p| p.lag == Some(0))
+    })
+    .await;
+    cluster.produce(&topic, 1, "k", "new", None).await;
+    wait_until(WAIT, "the new record handled", || async {
+        seen.of(1) == vec![5]
+    })
+    .await;
+    assert_eq!(seen.count(0), 0);
+    let s = latest.health.snapshot();
+    assert_eq!(s.status, HealthStatus::Healthy, "{s}");
+
+    let unconsumed = Seen::default();
+    let error = start(
+        cluster
+            .consumer(&unique("g-error"), &topic, recorder(&unconsumed))
+            .set("auto.offset.reset", "error"),
+    );
+    let s = wait_snapshot(&error.health, WAIT, "both partitions reported", |s| {
+        s.partitions.len() == 2
+            && s.partitions
+                .iter()
+                .all(|p| p.reasons == vec![HealthReason::NoCommittedOffset])
+    })
+    .await;
+    eprintln!("{s}");
+    assert_eq!(s.status, HealthStatus::Unhealthy);
+    assert!(
+        s.partitions
+            .iter()
+            .all(|p| p.status == PartitionStatus::Stop)
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(unconsumed.count(0) + unconsumed.count(1), 0);
+    error.stop().await;
+    latest.stop().await;
+}
