@@ -42,6 +42,7 @@ pub(crate) fn run<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
             Ok(CommitCmd::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Ok(CommitCmd::Now) | Err(RecvTimeoutError::Timeout) => {
                 shared.storm_sample();
+                shared.instruments.slo_registry().sample();
                 let _ = commit(&*consumer, &shared, None);
                 next = Instant::now() + interval;
             }

@@ -10,6 +10,7 @@ use rdkafka::error::KafkaError;
 
 use crate::error::ConfigError;
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::slo::FreshnessObjective;
 
 /// Default for [`FreshConsumer::max_buffered_records`].
 pub const DEFAULT_MAX_BUFFERED_RECORDS: usize = 1_000;
@@ -78,6 +79,8 @@ pub(crate) struct Settings {
     pub(crate) on_exhausted: OnExhausted,
     pub(crate) storm_guard: StormGuard,
     pub(crate) handler_timeout: Option<Duration>,
+    pub(crate) objectives: Vec<FreshnessObjective>,
+    pub(crate) slo_windows: (Duration, Duration),
     pub(crate) revoke_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) poll_warning_ratio: f64,
@@ -122,6 +125,11 @@ impl<H> FreshConsumer<H> {
                 on_exhausted: OnExhausted::default(),
                 storm_guard: StormGuard::default(),
                 handler_timeout: None,
+                objectives: Vec::new(),
+                slo_windows: (
+                    crate::slo::DEFAULT_SHORT_WINDOW,
+                    crate::slo::DEFAULT_LONG_WINDOW,
+                ),
                 revoke_timeout: DEFAULT_REVOKE_TIMEOUT,
                 shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
                 poll_warning_ratio: DEFAULT_POLL_WARNING_RATIO,
@@ -239,6 +247,24 @@ impl<H> FreshConsumer<H> {
     /// [`OnExhausted::DeadLetter`].
     pub fn storm_guard(mut self, guard: StormGuard) -> Self {
         self.settings.storm_guard = guard;
+        self
+    }
+
+    /// Adds a freshness objective: its share of records processed within
+    /// its threshold is counted exactly in
+    /// [`SLO_MESSAGES`](crate::metrics::SLO_MESSAGES), its threshold becomes
+    /// an event-age bucket boundary, and its compliance and burn rate are
+    /// evaluated in process ([`HealthSnapshot::objectives`](crate::HealthSnapshot::objectives)).
+    /// Call once per objective; none by default. See [`slo`](crate::slo).
+    pub fn freshness_objective(mut self, objective: FreshnessObjective) -> Self {
+        self.settings.objectives.push(objective);
+        self
+    }
+
+    /// The short and long windows of the in-process objective evaluation.
+    /// Defaults to 5 min and 1 h. Both more than zero, `short < long`.
+    pub fn slo_windows(mut self, short: Duration, long: Duration) -> Self {
+        self.settings.slo_windows = (short, long);
         self
     }
 
@@ -369,6 +395,18 @@ impl Settings {
         }
         if let Err(reason) = self.retry.validate() {
             return Err(invalid("retry", reason));
+        }
+        for o in &self.objectives {
+            if let Err(reason) = o.validate() {
+                return Err(invalid("freshness_objective", reason));
+            }
+        }
+        let (short, long) = self.slo_windows;
+        if short.is_zero() || short >= long {
+            return Err(invalid(
+                "slo_windows",
+                "short must be more than zero and less than long",
+            ));
         }
         if self.handler_timeout.is_some_and(|t| t.is_zero()) {
             return Err(invalid("handler_timeout", "must be more than zero"));
@@ -550,6 +588,8 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("on_exhausted", &s.on_exhausted)
             .field("storm_guard", &s.storm_guard)
             .field("handler_timeout", &s.handler_timeout)
+            .field("objectives", &s.objectives)
+            .field("slo_windows", &s.slo_windows)
             .field("revoke_timeout", &s.revoke_timeout)
             .field("shutdown_timeout", &s.shutdown_timeout)
             .field("poll_warning_ratio", &s.poll_warning_ratio)

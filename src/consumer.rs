@@ -77,7 +77,13 @@ impl<H: Handler> FreshConsumer<H> {
             (None, Some(p)) => p.meter_with_scope(scope()),
             (None, None) => opentelemetry::global::meter_with_scope(scope()),
         };
-        let instruments = Instruments::new(&meter, &validated.group_id);
+        let slo = Arc::new(crate::slo::SloRegistry::new(
+            &settings.objectives,
+            settings.slo_windows.0,
+            settings.slo_windows.1,
+        ));
+        let _ = settings.health.hub.slo.set(Arc::clone(&slo));
+        let instruments = Instruments::new(&meter, &validated.group_id, slo);
         // Partition health: its hub exists since the builder (for handles
         // taken before the run); it reports `Stopped` once this returns.
         let health = Arc::clone(&settings.health.hub);

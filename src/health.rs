@@ -619,6 +619,12 @@ pub struct HealthSnapshot {
     pub partitions: Vec<PartitionReport>,
     /// Reasons that concern the whole consumer (not a partition).
     pub reasons: Vec<HealthReason>,
+    /// The in-process evaluation of each freshness objective
+    /// ([`FreshConsumer::freshness_objective`](crate::FreshConsumer::freshness_objective)):
+    /// compliance and burn rate over the short and the long window. They do
+    /// not change [`status`](Self::status): a burning budget is a reason to
+    /// page a human, not to restart the consumer.
+    pub objectives: Vec<crate::slo::ObjectiveReport>,
     /// When the snapshot was taken.
     pub taken_at: SystemTime,
 }
@@ -1025,6 +1031,8 @@ pub(crate) struct HealthHub {
     /// Held by the rebalance callback and by a restart of stopped
     /// partitions: they never interleave.
     assign_lock: Mutex<()>,
+    /// The freshness objectives of the run, set when it starts.
+    pub(crate) slo: OnceLock<Arc<crate::slo::SloRegistry>>,
 }
 
 impl HealthHub {
@@ -1043,6 +1051,7 @@ impl HealthHub {
             reset_tx: Mutex::new(None),
             reset_error_at: Mutex::new(None),
             assign_lock: Mutex::new(()),
+            slo: OnceLock::new(),
         }
     }
 
@@ -1299,6 +1308,7 @@ impl HealthHub {
             group_state: lock(&self.group_state).clone(),
             partitions,
             reasons,
+            objectives: self.slo.get().map(|s| s.reports()).unwrap_or_default(),
             taken_at: SystemTime::now(),
         }
     }

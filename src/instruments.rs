@@ -9,6 +9,8 @@ use rdkafka::error::RDKafkaErrorCode;
 
 use crate::metrics::*;
 use crate::record::RecordTimestamp;
+use crate::slo::{SloRegistry, SloResult, age_boundaries};
+use std::sync::Arc;
 
 /// Every instrument the library records into.
 #[derive(Clone)]
@@ -29,6 +31,8 @@ pub(crate) struct Instruments {
     blocked: Gauge<u64>,
     sent: Counter<u64>,
     storm_guard: UpDownCounter<i64>,
+    slo_messages: Counter<u64>,
+    slo: Arc<SloRegistry>,
     group_attrs: [KeyValue; 2],
     commit_attrs: [KeyValue; 4],
     group: String,
@@ -68,7 +72,7 @@ pub(crate) fn event_age(event_ms: i64, now: SystemTime) -> AgeOutcome {
 }
 
 impl Instruments {
-    pub(crate) fn new(meter: &Meter, group: &str) -> Self {
+    pub(crate) fn new(meter: &Meter, group: &str, slo: Arc<SloRegistry>) -> Self {
         let hist = |name: &'static str, desc: &'static str, bounds: &[f64]| {
             meter
                 .f64_histogram(name)
@@ -92,8 +96,20 @@ impl Instruments {
             event_age: hist(
                 EVENT_AGE,
                 "Age of the record's event time when its handler succeeded.",
-                EVENT_AGE_BOUNDARIES,
+                &age_boundaries(
+                    EVENT_AGE_BOUNDARIES,
+                    &slo.objectives
+                        .iter()
+                        .map(|o| o.objective.clone())
+                        .collect::<Vec<_>>(),
+                ),
             ),
+            slo_messages: counter(
+                SLO_MESSAGES,
+                "{message}",
+                "Finished records per freshness objective, by result (good when the event age was at most the threshold).",
+            ),
+            slo,
             process_duration: hist(
                 PROCESS_DURATION,
                 "Duration of one handler attempt.",
@@ -222,6 +238,27 @@ impl Instruments {
                 KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
             ]),
             process_timeout: process_err("timeout"),
+            slo: self
+                .slo
+                .objectives
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.objective.applies_to(topic))
+                .map(|(index, o)| {
+                    let threshold = o.objective.threshold_label();
+                    let attrs = SloResult::ALL.map(|r| {
+                        with(&[
+                            KeyValue::new(SLO_THRESHOLD, threshold.clone()),
+                            KeyValue::new(SLO_RESULT, r.as_str()),
+                        ])
+                    });
+                    SloAttrs {
+                        index,
+                        threshold_s: o.threshold_s,
+                        attrs,
+                    }
+                })
+                .collect(),
             dead_letter: dead_letter_topic.map(|dlt| {
                 let dlq = with(&[KeyValue::new(DEAD_LETTER_TOPIC, dlt.to_owned())]);
                 let sent: Box<[KeyValue]> = [
@@ -234,6 +271,11 @@ impl Instruments {
                 (dlq, sent)
             }),
         }
+    }
+
+    /// The freshness objectives' registry.
+    pub(crate) fn slo_registry(&self) -> &SloRegistry {
+        &self.slo
     }
 
     /// Records the storm guard tripping (`true`) or clearing (`false`).
@@ -311,6 +353,13 @@ pub(crate) fn kafka_error_name_of(e: &rdkafka::error::KafkaError) -> String {
         .unwrap_or_else(|| "_OTHER".to_owned())
 }
 
+/// One objective's attribute sets for a partition, one per [`SloResult`].
+struct SloAttrs {
+    index: usize,
+    threshold_s: f64,
+    attrs: [Box<[KeyValue]>; 5],
+}
+
 /// (partition attributes + dead-letter topic, attributes of the sends to the
 /// dead-letter topic).
 type DeadLetterAttrs = (Box<[KeyValue]>, Box<[KeyValue]>);
@@ -327,6 +376,8 @@ pub(crate) struct PartitionInstruments {
     process_panic: Box<[KeyValue]>,
     consumed: Box<[KeyValue]>,
     process_timeout: Box<[KeyValue]>,
+    /// The freshness objectives that apply to this partition's topic.
+    slo: Vec<SloAttrs>,
     /// Dead-letter attributes: (partition attributes + dead-letter topic,
     /// attributes of the sends to the dead-letter topic).
     dead_letter: Option<DeadLetterAttrs>,
@@ -361,6 +412,17 @@ impl PartitionInstruments {
     /// A record was given up (skip policy).
     pub(crate) fn skipped(&self) {
         self.i.skipped.add(1, &self.base);
+        self.slo(|_| SloResult::Skipped);
+    }
+
+    /// Counts a finished record against every objective of the partition.
+    fn slo(&self, result: impl Fn(f64) -> SloResult) {
+        for o in &self.slo {
+            let r = result(o.threshold_s);
+            let i = SloResult::ALL.iter().position(|x| *x == r).unwrap_or(0);
+            self.i.slo_messages.add(1, &o.attrs[i]);
+            self.i.slo.objectives[o.index].count(r);
+        }
     }
 
     /// The partition became blocked (`true`) or moved on (`false`).
@@ -378,6 +440,7 @@ impl PartitionInstruments {
             None => {
                 self.i.dead_letter.add(1, dlq);
                 self.i.sent.add(1, sent);
+                self.slo(|_| SloResult::DeadLettered);
             }
             Some(e) => {
                 let mut attrs = sent.to_vec();
@@ -401,17 +464,25 @@ impl PartitionInstruments {
             EventTime::Header(ms) if ms >= 0 => (ms, &self.age_header),
             _ => {
                 self.i.timestamp_missing.add(1, &self.base);
+                self.slo(|_| SloResult::NoTimestamp);
                 return AgeOutcome::Missing;
             }
         };
         let outcome = event_age(ms, now);
         match outcome {
-            AgeOutcome::Recorded(age) => self.i.event_age.record(age, attrs),
+            AgeOutcome::Recorded(age) => {
+                self.i.event_age.record(age, attrs);
+                self.slo(|threshold| SloResult::of_age(age, threshold));
+            }
             AgeOutcome::ClockSkew => {
                 self.i.event_age.record(0.0, attrs);
                 self.i.clock_skew.add(1, &self.base);
+                self.slo(|_| SloResult::Good);
             }
-            AgeOutcome::Missing => self.i.timestamp_missing.add(1, &self.base),
+            AgeOutcome::Missing => {
+                self.i.timestamp_missing.add(1, &self.base);
+                self.slo(|_| SloResult::NoTimestamp);
+            }
         }
         outcome
     }

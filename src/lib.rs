@@ -78,6 +78,7 @@ mod partition;
 mod record;
 mod reset;
 mod shared;
+pub mod slo;
 mod stats;
 mod summary;
 mod tracker;
@@ -102,4 +103,5 @@ pub use health::{
     HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
 };
 pub use record::{Header, Record, RecordTimestamp};
+pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};

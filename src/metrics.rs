@@ -277,6 +277,28 @@ pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
 /// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.
 pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
 
+/// Finished records counted against each freshness objective
+/// ([`FreshConsumer::freshness_objective`](crate::FreshConsumer::freshness_objective)):
+/// the exact SLI.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes, [`SLO_THRESHOLD`], [`SLO_RESULT`] |
+///
+/// Every record whose handler succeeded counts once per objective that
+/// applies to its topic: `good` when its event age was at most the threshold
+/// (inclusive), `late` otherwise, `no_timestamp` without a usable event
+/// time. Dead-lettered and skipped records count as `dead_lettered` and
+/// `skipped`. A record redelivered after a rebalance counts again.
+pub const SLO_MESSAGES: &str = "fresh_consumer.slo.messages";
+
+/// Attribute `fresh_consumer.slo.threshold`: the objective's threshold in
+/// seconds, shortest decimal form (`30`, `0.25`).
+pub const SLO_THRESHOLD: &str = "fresh_consumer.slo.threshold";
+/// Attribute `fresh_consumer.slo.result`: `good`, `late`, `dead_lettered`,
+/// `skipped` or `no_timestamp` (see [`SloResult`](crate::slo::SloResult)).
+pub const SLO_RESULT: &str = "fresh_consumer.slo.result";
+
 /// Attribute `messaging.system`: always `kafka`.
 pub const MESSAGING_SYSTEM: &str = "messaging.system";
 /// Attribute `messaging.destination.name`: the topic.
