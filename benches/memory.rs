@@ -1,0 +1,404 @@
+//! Peak RSS while consuming 10x more records than the library's buffers
+//! hold, against a run of 1x: with backpressure working, RSS stays flat.
+//!
+//!     cargo bench --bench memory
+//!     BENCH_MEMORY_EXTRA_FACTOR=20 cargo bench --bench memory   # + one 20x run
+//!
+//! Latest results: see benches/README.md (updated with each measured run;
+//! the summary this bench prints at the end is what goes into it).
+//!
+//! Layout: this process owns the mock broker and produces two topics once
+//! (12 partitions; 1x = `max_buffered_records` (100) x 12 = 1,200 records,
+//! 10x = 12,000 records; 2 KiB payloads, so 10x is 24 MB of payload). Each
+//! iteration starts a child process (this binary again) that only consumes
+//! one topic from the start, with a fresh group, and reports the growth of
+//! its RSS: peak (`VmHWM` of `/proc/self/status`, reset through
+//! `/proc/self/clear_refs`, and `VmRSS` sampled every 2 ms) minus the RSS
+//! before the consumer was created. The broker's copy of the data, the
+//! producer's buffers and allocator reuse of them are thus not in the
+//! figure. Criterion reports the growth in MB (a custom measurement).
+//!
+//! Cases:
+//! - `fresh_1x`, `fresh_10x`: FreshConsumer, all metrics on (real SDK
+//!   instruments), `max_buffered_records(100)`, a slow-ish handler
+//!   (`tokio::time::sleep(1 ms)` per record), so the buffers fill and
+//!   partitions are paused;
+//! - `raw_1x`, `raw_10x`: the raw rdkafka baseline, a `StreamConsumer`
+//!   loop that sleeps 1 ms every 12 records (about the same aggregate pace),
+//!   so librdkafka's own prefetch queue fills the same way.
+//!
+//! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`,
+//! `session.timeout.ms=6000`, and `queued.max.messages.kbytes=1024`
+//! (librdkafka prefetches up to 64 MiB by default, which would hide any
+//! bound of the library's own below that size; the library's docs say its
+//! bound is `max_buffered_records` per partition plus librdkafka's prefetch).
+//!
+//! Flat means: the library's own growth from 1x to 10x (FreshConsumer's
+//! 10x - 1x growth minus raw rdkafka's 10x - 1x growth) is under 10 % of
+//! the extra payload (9 x 1,200 x 2 KiB = 22 MB) that an unbounded buffer
+//! would hold.
+
+mod support;
+
+use std::convert::Infallible;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, SamplingMode, Throughput};
+use fresh_consumer::{FreshConsumer, Record};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+
+use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+
+const CHILD_ENV: &str = "FRESH_BENCH_MEMORY_CHILD";
+const PARTITIONS: i32 = 12;
+const MAX_BUFFERED: usize = 100;
+const PAYLOAD: usize = 2048;
+const QUEUED_KBYTES: &str = "1024";
+
+// ---------------------------------------------------------------- child --
+
+fn child(kind: &str) {
+    let bootstrap = std::env::var("BENCH_BOOTSTRAP").expect("bootstrap");
+    let topic = std::env::var("BENCH_TOPIC").expect("topic");
+    let total: u64 = env_or("BENCH_TOTAL", 0);
+    let rt = support::runtime();
+    // Let the runtime's threads start before the baseline is taken.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
+    let before = support::proc_status_kb("VmRSS");
+    let reset = support::reset_peak_rss();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampled = Arc::new(AtomicU64::new(before));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        let sampled = Arc::clone(&sampled);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                sampled.fetch_max(support::proc_status_kb("VmRSS"), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let started = Instant::now();
+    match kind {
+        "fresh" => rt.block_on(fresh(&bootstrap, &topic, total)),
+        "raw" => rt.block_on(raw(&bootstrap, &topic, total)),
+        other => panic!("unknown child kind {other}"),
+    }
+    let secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    let hwm = if reset {
+        support::proc_status_kb("VmHWM")
+    } else {
+        0
+    };
+    let peak = hwm.max(sampled.load(Ordering::Relaxed));
+    println!("RESULT before_kb={before} peak_kb={peak} secs={secs:.3}");
+}
+
+fn props() -> Vec<(&'static str, &'static str)> {
+    let mut p = CONSUMER_PROPS.to_vec();
+    p.push(("queued.max.messages.kbytes", QUEUED_KBYTES));
+    p
+}
+
+async fn fresh(bootstrap: &str, topic: &str, total: u64) {
+    let n = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let n = Arc::clone(&n);
+        let done = Arc::clone(&done);
+        move |record: Record| {
+            let n = Arc::clone(&n);
+            let done = Arc::clone(&done);
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                std::hint::black_box(record.payload());
+                if n.fetch_add(1, Ordering::Relaxed) + 1 == total {
+                    done.notify_one();
+                }
+                Ok::<(), Infallible>(())
+            }
+        }
+    };
+    let mut c = FreshConsumer::new(handler)
+        .bootstrap_servers(bootstrap)
+        .group_id(unique("mem"))
+        .topics([topic])
+        .max_buffered_records(MAX_BUFFERED)
+        .commit_interval(Duration::from_millis(100))
+        .shutdown_timeout(Duration::from_secs(10));
+    for (k, v) in props() {
+        c = c.set(k, v);
+    }
+    let (provider, _exporter) = support::sdk_provider();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(120),
+        c.meter_provider(&provider)
+            .run_until(async move { done.notified().await }),
+    )
+    .await
+    .expect("deadline")
+    .expect("run");
+    assert!(summary.records_succeeded >= total);
+    let _ = provider.shutdown();
+}
+
+async fn raw(bootstrap: &str, topic: &str, total: u64) {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap)
+        .set("group.id", unique("mem-raw"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in props() {
+        cfg.set(k, v);
+    }
+    let consumer: StreamConsumer = cfg.create().expect("raw consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let consume = async {
+        for i in 0..total {
+            let m = consumer.recv().await.expect("recv");
+            drop(m);
+            if i % PARTITIONS as u64 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), consume)
+        .await
+        .expect("deadline");
+    tokio::task::spawn_blocking(move || drop(consumer))
+        .await
+        .expect("close");
+}
+
+// --------------------------------------------------------------- parent --
+
+/// Criterion measurement: RSS growth in bytes, as reported by a child.
+struct RssGrowth;
+
+struct Megabytes;
+
+impl ValueFormatter for Megabytes {
+    fn scale_values(&self, _typical: f64, values: &mut [f64]) -> &'static str {
+        for v in values {
+            *v /= 1e6;
+        }
+        "MB"
+    }
+
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        _throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        for v in values {
+            *v /= 1e6;
+        }
+        "MB/element"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "B"
+    }
+}
+
+impl Measurement for RssGrowth {
+    type Intermediate = ();
+    type Value = f64;
+
+    fn start(&self) {}
+
+    fn end(&self, _: ()) -> f64 {
+        0.0
+    }
+
+    fn add(&self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+
+    fn zero(&self) -> f64 {
+        0.0
+    }
+
+    fn to_f64(&self, v: &f64) -> f64 {
+        *v
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &Megabytes
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Child {
+    before_kb: u64,
+    peak_kb: u64,
+    secs: f64,
+}
+
+fn run_child(kind: &str, bootstrap: &str, topic: &str, total: u64) -> Child {
+    let out = Command::new(std::env::current_exe().expect("current exe"))
+        .env(CHILD_ENV, kind)
+        .env("BENCH_BOOTSTRAP", bootstrap)
+        .env("BENCH_TOPIC", topic)
+        .env("BENCH_TOTAL", total.to_string())
+        .output()
+        .expect("child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child {kind} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT from child {kind}: {stdout}"));
+    let field = |name: &str| -> &str {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("{name} missing in {line}"))
+    };
+    Child {
+        before_kb: field("before_kb").parse().unwrap(),
+        peak_kb: field("peak_kb").parse().unwrap(),
+        secs: field("secs").parse().unwrap(),
+    }
+}
+
+static SAMPLES: Mutex<Vec<(&'static str, Child)>> = Mutex::new(Vec::new());
+
+fn main() {
+    if let Ok(kind) = std::env::var(CHILD_ENV) {
+        child(&kind);
+        return;
+    }
+    let one_x = (MAX_BUFFERED * PARTITIONS as usize) as u64;
+    let cluster = Cluster::start();
+    let topic_1x = cluster.topic("mem-1x", PARTITIONS);
+    let topic_10x = cluster.topic("mem-10x", PARTITIONS);
+    cluster.produce(&topic_1x, PARTITIONS, MAX_BUFFERED, PAYLOAD);
+    cluster.produce(&topic_10x, PARTITIONS, MAX_BUFFERED * 10, PAYLOAD);
+    // Optional plateau check (`BENCH_MEMORY_EXTRA_FACTOR=20`): one more
+    // FreshConsumer run on a topic of that many times the bound, after
+    // criterion's samples. Off by default (a 20x run takes about 20 s).
+    let extra_factor: usize = env_or("BENCH_MEMORY_EXTRA_FACTOR", 0);
+    let topic_extra = (extra_factor > 0).then(|| {
+        let t = cluster.topic("mem-extra", PARTITIONS);
+        cluster.produce(&t, PARTITIONS, MAX_BUFFERED * extra_factor, PAYLOAD);
+        t
+    });
+    let bootstrap = cluster.bootstrap().to_owned();
+    println!(
+        "memory: {PARTITIONS} partitions, max_buffered_records {MAX_BUFFERED} (bound {one_x} records), {PAYLOAD} B payloads, queued.max.messages.kbytes={QUEUED_KBYTES}; {}",
+        support::machine()
+    );
+
+    let cases: [(&'static str, &'static str, &str, u64); 4] = [
+        ("fresh_1x", "fresh", &topic_1x, one_x),
+        ("fresh_10x", "fresh", &topic_10x, one_x * 10),
+        ("raw_1x", "raw", &topic_1x, one_x),
+        ("raw_10x", "raw", &topic_10x, one_x * 10),
+    ];
+    let mut c = Criterion::default()
+        .with_measurement(RssGrowth)
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    {
+        let mut g = c.benchmark_group("memory_rss_growth");
+        g.sampling_mode(SamplingMode::Flat);
+        for (name, kind, topic, total) in cases {
+            g.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let r = run_child(kind, &bootstrap, topic, total);
+                            SAMPLES.lock().unwrap().push((name, r));
+                            r.peak_kb.saturating_sub(r.before_kb) as f64 * 1024.0
+                        })
+                        .sum()
+                })
+            });
+        }
+        g.finish();
+    }
+    c.final_summary();
+
+    let samples = SAMPLES.lock().unwrap();
+    let growth_mb = |name: &str| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, r)| r.peak_kb.saturating_sub(r.before_kb) as f64 * 1024.0 / 1e6)
+            .collect()
+    };
+    println!("\nmemory summary: RSS growth of a consuming child process, MB (peak - before)");
+    println!(
+        "  {:<10} {:>8} {:>5} {:>9} {:>9} {:>9} {:>10} {:>9}",
+        "case", "records", "runs", "median", "min", "max", "before", "secs"
+    );
+    for (name, _, _, total) in cases {
+        let g = growth_mb(name);
+        let (lo, hi) = min_max(&g);
+        let before: Vec<f64> = samples
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, r)| r.before_kb as f64 * 1024.0 / 1e6)
+            .collect();
+        let secs: Vec<f64> = samples
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, r)| r.secs)
+            .collect();
+        println!(
+            "  {name:<10} {total:>8} {:>5} {:>9.1} {lo:>9.1} {hi:>9.1} {:>10.1} {:>9.2}",
+            g.len(),
+            median(&g),
+            median(&before),
+            median(&secs)
+        );
+    }
+    if let Some(topic) = &topic_extra {
+        let total = one_x * extra_factor as u64;
+        let r = run_child("fresh", &bootstrap, topic, total);
+        println!(
+            "  fresh_{extra_factor}x {total:>8} {:>5} {:>9.1} {:>9} {:>9} {:>10.1} {:>9.2}",
+            1,
+            r.peak_kb.saturating_sub(r.before_kb) as f64 * 1024.0 / 1e6,
+            "-",
+            "-",
+            r.before_kb as f64 * 1024.0 / 1e6,
+            r.secs
+        );
+    }
+    let extra_payload_mb = (one_x * 9) as f64 * PAYLOAD as f64 / 1e6;
+    let m = |name: &str| median(&growth_mb(name));
+    let fresh_growth = m("fresh_10x") - m("fresh_1x");
+    let raw_growth = m("raw_10x") - m("raw_1x");
+    let library = fresh_growth - raw_growth;
+    println!(
+        "  10x - 1x: FreshConsumer {fresh_growth:+.1} MB, raw rdkafka {raw_growth:+.1} MB, the library's own {library:+.1} MB"
+    );
+    println!(
+        "  an unbounded buffer would add about {extra_payload_mb:.1} MB of payload; the library's bound is {:.1} MB of payload ({one_x} records)",
+        one_x as f64 * PAYLOAD as f64 / 1e6
+    );
+    println!(
+        "  flat (the library's own 10x - 1x growth < 10 % of {extra_payload_mb:.1} MB): {}",
+        if library < 0.1 * extra_payload_mb {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+}

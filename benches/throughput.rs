@@ -1,0 +1,367 @@
+//! Throughput on the mock broker: FreshConsumer (no-op handler) with all
+//! metrics on, with metrics off, and the raw rdkafka baseline, in one run.
+//!
+//!     cargo bench --bench throughput
+//!     BENCH_PAIRED_ROUNDS=0 cargo bench --bench throughput      # criterion only
+//!     BENCH_PARTITIONS=12 BENCH_RECORDS_PER_PARTITION=35000 cargo bench --bench throughput
+//!
+//! Latest results: see benches/README.md (the table there is updated with
+//! each measured run; the summary this bench prints is what goes into it).
+//!
+//! What is measured: one topic of 12 partitions x 35,000 records (100 B
+//! payload, 8 B key: about 4.2 MB per partition, under the mock's 5 MiB
+//! retention; the bench checks the low watermark stays 0) is produced once.
+//! Each iteration consumes all of it from the start with a fresh consumer
+//! group, and is timed from the first record seen to the last one (group
+//! join and shutdown are not throughput and are not timed):
+//! - `raw`: rdkafka `StreamConsumer::recv()` in a loop, noting the next
+//!   offset per partition and committing that `TopicPartitionList` with
+//!   `CommitMode::Async` every 100 ms;
+//! - `fresh_metrics_on`: FreshConsumer with an `SdkMeterProvider` and a
+//!   `PeriodicReader` (60 s) to an exporter that discards (real SDK
+//!   instruments, aggregating; exported once, at the shutdown flush), a
+//!   no-op handler, `commit_interval` 100 ms, other options at their
+//!   defaults;
+//! - `fresh_metrics_off`: the same with a no-op meter
+//!   (`opentelemetry::metrics::noop::NoopMeterProvider`).
+//!
+//! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`
+//! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
+//!
+//! After criterion's samples, a paired pass runs the three variants
+//! round-robin (`BENCH_PAIRED_ROUNDS`, default 5) and prints the median
+//! records/s and the median per-round ratio to raw: on a shared, noisy
+//! machine the ratios of one round are more trustworthy than absolute
+//! figures taken minutes apart.
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+use fresh_consumer::{FreshConsumer, Record};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::metrics::noop::NoopMeterProvider;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+
+/// How long one consumption may take before the bench fails.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// The raw baseline's commit interval, and the library's `commit_interval`.
+const COMMIT_EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Raw,
+    FreshMetricsOn,
+    FreshMetricsOff,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [
+        Variant::Raw,
+        Variant::FreshMetricsOn,
+        Variant::FreshMetricsOff,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw",
+            Variant::FreshMetricsOn => "fresh_metrics_on",
+            Variant::FreshMetricsOff => "fresh_metrics_off",
+        }
+    }
+}
+
+struct Setup {
+    bootstrap: String,
+    topic: String,
+    partitions: i32,
+    total: u64,
+}
+
+impl Setup {
+    async fn run(&self, v: Variant) -> Duration {
+        let took = match v {
+            Variant::Raw => self.raw().await,
+            Variant::FreshMetricsOn => self.fresh(true).await,
+            Variant::FreshMetricsOff => self.fresh(false).await,
+        };
+        assert!(!took.is_zero(), "{v:?}: no time measured");
+        took
+    }
+
+    async fn raw(&self) -> Duration {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", unique("raw"))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest");
+        for (k, v) in CONSUMER_PROPS {
+            cfg.set(*k, *v);
+        }
+        let consumer: StreamConsumer = cfg.create().expect("raw consumer");
+        consumer.subscribe(&[&self.topic]).expect("subscribe");
+        let mut next = vec![-1i64; self.partitions as usize];
+        let commit = |next: &[i64]| {
+            let mut tpl = TopicPartitionList::with_capacity(next.len());
+            for (p, &o) in next.iter().enumerate() {
+                if o >= 0 {
+                    tpl.add_partition_offset(&self.topic, p as i32, Offset::Offset(o))
+                        .expect("tpl");
+                }
+            }
+            if tpl.count() > 0 {
+                consumer.commit(&tpl, CommitMode::Async).expect("commit");
+            }
+        };
+        let mut n = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last_commit = Instant::now();
+        let consume = async {
+            while n < self.total {
+                let m = consumer.recv().await.expect("recv");
+                let now = Instant::now();
+                first.get_or_insert(now);
+                next[m.partition() as usize] = m.offset() + 1;
+                n += 1;
+                drop(m);
+                if now.duration_since(last_commit) >= COMMIT_EVERY {
+                    commit(&next);
+                    last_commit = now;
+                }
+            }
+        };
+        tokio::time::timeout(DEADLINE, consume)
+            .await
+            .expect("raw consumer: deadline");
+        let took = first.expect("a record").elapsed();
+        commit(&next);
+        // Closing leaves the group and blocks: not on a runtime worker.
+        tokio::task::spawn_blocking(move || drop(consumer))
+            .await
+            .expect("close");
+        took
+    }
+
+    async fn fresh(&self, metrics: bool) -> Duration {
+        let progress = Arc::new(Progress::new(self.total));
+        let handler = {
+            let p = Arc::clone(&progress);
+            move |_record: Record| {
+                p.hit();
+                std::future::ready(Ok::<(), Infallible>(()))
+            }
+        };
+        let mut c = FreshConsumer::new(handler)
+            .bootstrap_servers(self.bootstrap.clone())
+            .group_id(unique("fresh"))
+            .topics([self.topic.as_str()])
+            .commit_interval(COMMIT_EVERY)
+            .shutdown_timeout(Duration::from_secs(10));
+        for (k, v) in CONSUMER_PROPS {
+            c = c.set(*k, *v);
+        }
+        // Diagnostics only (README: "Why"): override library options.
+        if let Some(n) = env_opt("BENCH_FRESH_MAX_BUFFERED") {
+            c = c.max_buffered_records(n);
+        }
+        if let Some(n) = env_opt("BENCH_FRESH_COMMIT_BATCH") {
+            c = c.commit_batch_records(n);
+        }
+        // A provider per run: the group name is an attribute, and a provider
+        // shared by every run would grow towards the cardinality limit.
+        let provider = metrics.then(support::sdk_provider);
+        let c = match &provider {
+            Some((p, _)) => c.meter_provider(p),
+            None => c.meter(NoopMeterProvider::new().meter("fresh-consumer-bench")),
+        };
+        let p = Arc::clone(&progress);
+        let summary = tokio::time::timeout(
+            DEADLINE,
+            c.run_until(async move { p.done.notified().await }),
+        )
+        .await
+        .expect("fresh consumer: deadline")
+        .expect("fresh consumer run");
+        assert!(
+            summary.records_succeeded >= self.total,
+            "{} of {} records handled",
+            summary.records_succeeded,
+            self.total
+        );
+        if let Some((p, exporter)) = provider {
+            // The library flushed the provider at shutdown: one export.
+            assert!(
+                exporter.exports.load(Ordering::Relaxed) >= 1,
+                "no metrics exported"
+            );
+            let _ = p.shutdown();
+        }
+        progress.elapsed()
+    }
+}
+
+/// Counts handler calls; notes the first and the `target`-th.
+struct Progress {
+    target: u64,
+    n: AtomicU64,
+    first: OnceLock<Instant>,
+    last: OnceLock<Instant>,
+    done: tokio::sync::Notify,
+}
+
+impl Progress {
+    fn new(target: u64) -> Self {
+        Progress {
+            target,
+            n: AtomicU64::new(0),
+            first: OnceLock::new(),
+            last: OnceLock::new(),
+            done: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn hit(&self) {
+        self.first.get_or_init(Instant::now);
+        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            let _ = self.last.set(Instant::now());
+            self.done.notify_one();
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        let first = self.first.get().expect("a record");
+        let last = self.last.get().expect("all records");
+        last.duration_since(*first)
+    }
+}
+
+fn env_opt(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+static SAMPLES: Mutex<Vec<(Variant, f64)>> = Mutex::new(Vec::new());
+
+fn note(v: Variant, total: u64, took: Duration) {
+    SAMPLES
+        .lock()
+        .unwrap()
+        .push((v, total as f64 / took.as_secs_f64()));
+}
+
+fn main() {
+    let partitions: i32 = env_or("BENCH_PARTITIONS", 12);
+    let per_partition: usize = env_or("BENCH_RECORDS_PER_PARTITION", 35_000);
+    let rounds: usize = env_or("BENCH_PAIRED_ROUNDS", 5);
+    let payload = 100;
+
+    let cluster = Cluster::start();
+    let topic = cluster.topic("throughput", partitions);
+    let produced_in = cluster.produce(&topic, partitions, per_partition, payload);
+    let total = partitions as u64 * per_partition as u64;
+    println!(
+        "throughput: {partitions} partitions x {per_partition} records ({payload} B payload, 8 B key) = {total} records, produced in {produced_in:.1?}; {}",
+        support::machine()
+    );
+    let setup = Setup {
+        bootstrap: cluster.bootstrap().to_owned(),
+        topic,
+        partitions,
+        total,
+    };
+    let rt = support::runtime();
+
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    {
+        let mut g = c.benchmark_group("throughput");
+        g.sampling_mode(SamplingMode::Flat);
+        g.throughput(Throughput::Elements(total));
+        for v in Variant::ALL {
+            g.bench_function(v.name(), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let took = rt.block_on(setup.run(v));
+                            note(v, total, took);
+                            took
+                        })
+                        .sum()
+                })
+            });
+        }
+        g.finish();
+    }
+    c.final_summary();
+    summarize("criterion samples (variants one after the other)", total);
+
+    if rounds > 0 {
+        SAMPLES.lock().unwrap().clear();
+        let mut ratios_on = Vec::new();
+        let mut ratios_off = Vec::new();
+        for _ in 0..rounds {
+            let mut rate = [0.0; 3];
+            for (i, v) in Variant::ALL.into_iter().enumerate() {
+                let took = rt.block_on(setup.run(v));
+                note(v, total, took);
+                rate[i] = total as f64 / took.as_secs_f64();
+            }
+            ratios_on.push(rate[1] / rate[0]);
+            ratios_off.push(rate[2] / rate[0]);
+        }
+        summarize(
+            &format!("paired pass ({rounds} rounds, raw/on/off round-robin)"),
+            total,
+        );
+        let (lo_on, hi_on) = min_max(&ratios_on);
+        let (lo_off, hi_off) = min_max(&ratios_off);
+        println!(
+            "  per-round ratio to raw: metrics on {:.2} (min {lo_on:.2}, max {hi_on:.2}); metrics off {:.2} (min {lo_off:.2}, max {hi_off:.2}); target >= 0.90 with metrics on",
+            median(&ratios_on),
+            median(&ratios_off)
+        );
+    }
+    drop(rt);
+    drop(cluster);
+}
+
+fn summarize(title: &str, total: u64) {
+    let samples = SAMPLES.lock().unwrap();
+    let rates = |v: Variant| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(w, _)| *w == v)
+            .map(|&(_, r)| r)
+            .collect()
+    };
+    let raw = median(&rates(Variant::Raw));
+    println!("\nthroughput summary, {title}: {total} records per run");
+    println!(
+        "  {:<18} {:>5} {:>14} {:>14} {:>14} {:>8}",
+        "variant", "runs", "median rec/s", "min rec/s", "max rec/s", "vs raw"
+    );
+    for v in Variant::ALL {
+        let r = rates(v);
+        let (lo, hi) = min_max(&r);
+        let m = median(&r);
+        println!(
+            "  {:<18} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>8.2}",
+            v.name(),
+            r.len(),
+            m,
+            lo,
+            hi,
+            if raw > 0.0 { m / raw } else { f64::NAN }
+        );
+    }
+}

@@ -1,0 +1,753 @@
+//! Quickstart: a `FreshConsumer` on librdkafka's in-process mock broker.
+//!
+//! ```text
+//! cargo run --example quickstart                      # demo workload, then a freshness table
+//! cargo run --example quickstart -- --records 10000   # a bigger demo workload
+//! cargo run --example quickstart -- --serve           # keep the broker up for other clients (kcat)
+//! cargo run --example quickstart -- --serve --exit-after-records 100
+//! ```
+//!
+//! Demo mode (the default) starts a mock Kafka cluster inside this process,
+//! creates a 3-partition topic and produces a few thousand keyed records with a
+//! real producer while the consumer runs. The workload is skewed the way real
+//! ones are: one hot key carries most records, so one partition gets most of
+//! the work and falls behind, and a few records carry timestamps minutes old
+//! (late events). The handler simulates work with a short async sleep, and
+//! fails now and then on the first attempt so the retry path runs too. The
+//! consumer stops when every record was handled, or on Ctrl-C / SIGTERM.
+//!
+//! Serve mode (`--serve`) produces nothing itself. It prints the broker's
+//! bootstrap address and the topic, and consumes whatever other clients
+//! produce until Ctrl-C / SIGTERM, or until `--exit-after-records N` records
+//! were handled:
+//!
+//! ```text
+//! printf 'k1:hello\nk2:world\n' | kcat -P -b <bootstrap> -t quickstart -K:
+//! ```
+//!
+//! At the end the example prints, per partition, what was handled and
+//! committed, and the event-age distribution read back from the metrics
+//! pipeline (an in-process reader on the same `SdkMeterProvider` the consumer
+//! records into). When `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set, the same provider also
+//! exports over OTLP, configured by the standard `OTEL_*` variables through
+//! `fresh_consumer::otlp`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::error::Error;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fresh_consumer::metrics::EVENT_AGE;
+use fresh_consumer::metrics::{MESSAGING_DESTINATION_NAME, MESSAGING_DESTINATION_PARTITION_ID};
+use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::{FreshConsumer, Record, RunSummary, TopicPartition};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use tokio::sync::Notify;
+
+const TOPIC: &str = "quickstart";
+const PARTITIONS: i32 = 3;
+const GROUP: &str = "quickstart";
+/// Records produced in demo mode unless `--records N` says otherwise.
+const DEFAULT_RECORDS: u64 = 4_000;
+/// The hot key's share of the demo records, in percent.
+const HOT_KEY_PERCENT: u64 = 60;
+const HOT_KEY: &str = "customer-0042";
+/// Share of demo records stamped minutes in the past (late events), in percent.
+const LATE_PERCENT: u64 = 2;
+/// Simulated work per record.
+const WORK: Duration = Duration::from_millis(1);
+/// Every this-many-th offset fails on its first attempt (a simulated timeout).
+const FAIL_EVERY: i64 = 997;
+/// Demo mode gives up after this long, whatever happened.
+const DEMO_DEADLINE: Duration = Duration::from_secs(45);
+
+#[derive(Debug)]
+struct Args {
+    serve: bool,
+    exit_after: Option<u64>,
+    records: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        serve: false,
+        exit_after: None,
+        records: DEFAULT_RECORDS,
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |flag: &str, v: Option<String>| -> Result<u64, String> {
+        v.as_deref()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{flag} needs a number"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--serve" => args.serve = true,
+            "--exit-after-records" => args.exit_after = Some(number(&arg, it.next())?),
+            "--records" => args.records = number(&arg, it.next())?,
+            "-h" | "--help" => {
+                println!(
+                    "usage: quickstart [--records N] | --serve [--exit-after-records N]\n\
+                     \n\
+                     Without --serve: produce N (default {DEFAULT_RECORDS}) demo records into an\n\
+                     embedded mock Kafka broker, consume them, print a freshness table.\n\
+                     With --serve: keep the broker up, print its bootstrap address, consume what\n\
+                     other clients (kcat) produce until Ctrl-C/SIGTERM or N records were handled.\n\
+                     OTEL_EXPORTER_OTLP_ENDPOINT set: also export the metrics over OTLP."
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    if args.exit_after.is_some() && !args.serve {
+        return Err("--exit-after-records only applies with --serve".into());
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("quickstart: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quickstart: {}", chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its sources, `outer: inner: innermost`.
+fn chain(e: &dyn Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+
+    // 1. The broker: a client configured with `test.mock.num.brokers` starts
+    //    librdkafka's mock cluster in-process. It speaks the Kafka protocol on
+    //    a loopback port, so any Kafka client can connect to it.
+    let owner: BaseProducer = ClientConfig::new()
+        .set("test.mock.num.brokers", "1")
+        .create()?;
+    let mock = owner
+        .client()
+        .mock_cluster()
+        .ok_or("the mock cluster did not start")?;
+    let bootstrap = mock.bootstrap_servers();
+    // SAFETY: `owner` owns the mock cluster and outlives this call; the
+    // pointer is only used here.
+    unsafe {
+        let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+        // A real broker's default `group.initial.rebalance.delay.ms` (3 s) would
+        // delay the first join; the demo should not wait for it.
+        rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
+    }
+    mock.create_topic(TOPIC, PARTITIONS, 1)?;
+    drop(mock);
+
+    // 2. Metrics: one provider, one in-process reader for the table printed at
+    //    the end, plus an OTLP exporter when an endpoint is configured.
+    let ages = AgeReader::default();
+    let (provider, otlp_endpoint) = meter_provider(&ages)?;
+
+    // 3. The handler and the stop condition.
+    let target = if args.serve {
+        args.exit_after
+    } else {
+        Some(args.records)
+    };
+    let state = Arc::new(State::new(target));
+    let handler = {
+        let state = Arc::clone(&state);
+        move |record: Record| {
+            let state = Arc::clone(&state);
+            async move { state.handle(record).await }
+        }
+    };
+
+    println!("mock Kafka broker: {bootstrap}, topic {TOPIC:?} with {PARTITIONS} partitions");
+    if let Some(endpoint) = &otlp_endpoint {
+        println!("exporting metrics over OTLP to {endpoint}");
+    }
+    let started = Instant::now();
+    let (producer_task, progress_task) = if args.serve {
+        // Lines for scripts (see .ci/run) and a command for people.
+        println!("bootstrap={bootstrap}");
+        println!("topic={TOPIC}");
+        println!(
+            "serving: produce with `kcat -P -b {bootstrap} -t {TOPIC} -K:` (lines key:value); \
+             Ctrl-C to stop{}",
+            args.exit_after
+                .map(|n| format!(", or stops after {n} records"))
+                .unwrap_or_default()
+        );
+        (None, Some(tokio::spawn(progress(Arc::clone(&state)))))
+    } else {
+        println!(
+            "producing {} records: key {HOT_KEY:?} carries {HOT_KEY_PERCENT}%, \
+             {LATE_PERCENT}% are stamped minutes old",
+            args.records
+        );
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "5")
+            .create()?;
+        let state = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            let produced = produce_demo(producer, args.records).await;
+            if produced.is_err() {
+                // Nothing more will arrive: do not wait for the deadline.
+                state.abort.notify_one();
+            }
+            produced
+        });
+        (Some(task), None)
+    };
+
+    let consumer = FreshConsumer::new(handler)
+        .bootstrap_servers(bootstrap.clone())
+        .group_id(GROUP)
+        .topics([TOPIC])
+        // The mock broker holds an empty fetch for the full `fetch.wait.max.ms`
+        // (default 500 ms) even when data arrives meanwhile; a real broker
+        // answers early. Keep it short so the ages reflect the handler.
+        .set("fetch.wait.max.ms", "20")
+        .commit_interval(Duration::from_millis(200))
+        .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
+        .shutdown_timeout(Duration::from_secs(10))
+        .meter_provider(&provider);
+
+    let summary = consumer
+        .run_until(stop_signal(Arc::clone(&state), !args.serve))
+        .await?;
+    let elapsed = started.elapsed();
+    if let Some(task) = progress_task {
+        task.abort();
+    }
+
+    if let Some(task) = producer_task {
+        match tokio::time::timeout(Duration::from_secs(5), task).await {
+            Ok(Ok(Ok(produced))) => println!("produced {produced} records"),
+            Ok(Ok(Err(e))) => eprintln!("producer: {e}"),
+            Ok(Err(e)) => eprintln!("producer task: {e}"),
+            Err(_) => eprintln!("producer still running at exit"),
+        }
+    }
+
+    // The consumer flushed the provider at shutdown, so the in-process reader
+    // holds the final (cumulative) histograms.
+    let end_offsets = log_end_offsets(&bootstrap).await;
+    print_report(&state, &summary, &ages, &end_offsets, elapsed);
+
+    if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
+        eprintln!("metrics: {}", chain(&e));
+    }
+    drop(owner);
+
+    // The demo doubles as a smoke test: everything produced must have been
+    // handled, and every partition committed up to its log end.
+    if !args.serve {
+        let handled = state.total.load(Ordering::Relaxed);
+        let committed_to_end = (0..PARTITIONS).all(|p| {
+            let committed = summary.committed.get(&TopicPartition {
+                topic: TOPIC.to_owned(),
+                partition: p,
+            });
+            match end_offsets[p as usize] {
+                Some(0) => committed.is_none_or(|&c| c == 0),
+                Some(end) => committed == Some(&end),
+                None => false,
+            }
+        });
+        if handled != args.records || !committed_to_end {
+            return Err(format!(
+                "demo incomplete: {handled} of {} records handled; committed offsets {:?}, \
+                 log end offsets {end_offsets:?}",
+                args.records, summary.committed
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// What the handler counts, and the condition that ends the run.
+struct State {
+    handled: Vec<AtomicU64>,
+    /// The partition the hot key was seen on (-1 until then).
+    hot_partition: AtomicI32,
+    total: AtomicU64,
+    failed_once: Mutex<HashSet<(i32, i64)>>,
+    target: Option<u64>,
+    /// Notified when `target` records were handled.
+    done: Notify,
+    /// Notified when the run cannot complete (the demo producer failed).
+    abort: Notify,
+}
+
+impl State {
+    fn new(target: Option<u64>) -> Self {
+        State {
+            handled: (0..PARTITIONS).map(|_| AtomicU64::new(0)).collect(),
+            hot_partition: AtomicI32::new(-1),
+            total: AtomicU64::new(0),
+            failed_once: Mutex::new(HashSet::new()),
+            target,
+            done: Notify::new(),
+            abort: Notify::new(),
+        }
+    }
+
+    /// The handler: simulated work, and a simulated transient failure on the
+    /// first attempt of every `FAIL_EVERY`-th offset. A failed record is
+    /// retried by the consumer; nothing after it in its partition is
+    /// committed until it succeeds.
+    async fn handle(&self, record: Record) -> Result<(), std::io::Error> {
+        tokio::time::sleep(WORK).await;
+        let id = (record.partition(), record.offset());
+        if record.offset() % FAIL_EVERY == FAIL_EVERY - 1
+            && self.failed_once.lock().unwrap().insert(id)
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "simulated downstream timeout",
+            ));
+        }
+        if record.key() == Some(HOT_KEY.as_bytes()) {
+            self.hot_partition
+                .store(record.partition(), Ordering::Relaxed);
+        }
+        if let Some(n) = self.handled.get(record.partition() as usize) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let total = self.total.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.target == Some(total) {
+            self.done.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Resolves on Ctrl-C, on SIGTERM, when the target count was handled, when
+/// the run was aborted, or (in demo mode) at the safety deadline.
+async fn stop_signal(state: Arc<State>, demo: bool) {
+    let deadline = async {
+        if demo {
+            tokio::time::sleep(DEMO_DEADLINE).await;
+            eprintln!("demo deadline of {DEMO_DEADLINE:?} reached; stopping");
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let done = async {
+        if state.target == Some(0) {
+            return;
+        }
+        state.done.notified().await;
+    };
+    tokio::select! {
+        () = done => println!("all {} records handled; stopping", state.target.unwrap_or(0)),
+        () = ctrl_c_or_sigterm() => println!("signal received; stopping"),
+        () = state.abort.notified() => eprintln!("aborted; stopping"),
+        () = deadline => {}
+    }
+}
+
+async fn ctrl_c_or_sigterm() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Serve mode: one line per second while records arrive.
+async fn progress(state: Arc<State>) {
+    let mut last = 0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let total = state.total.load(Ordering::Relaxed);
+        if total != last {
+            last = total;
+            let per: Vec<String> = state
+                .handled
+                .iter()
+                .enumerate()
+                .map(|(p, n)| format!("p{p}={}", n.load(Ordering::Relaxed)))
+                .collect();
+            println!("handled {total} records ({})", per.join(" "));
+        }
+    }
+}
+
+/// Demo workload: `n` keyed records, produced at a steady pace over about two
+/// seconds while the consumer runs. Returns how many were acknowledged.
+async fn produce_demo(producer: FutureProducer, n: u64) -> Result<u64, String> {
+    let now_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64
+    };
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let batches = 20;
+    let per_batch = n.div_ceil(batches).max(1);
+    let mut pending = Vec::with_capacity(n as usize);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for i in 0..n {
+        if i % per_batch == 0 {
+            tick.tick().await;
+        }
+        let key = if rng.below(100) < HOT_KEY_PERCENT {
+            HOT_KEY.to_owned()
+        } else {
+            format!("customer-{:04}", rng.below(500))
+        };
+        let payload = format!(
+            r#"{{"order":{i},"customer":"{key}","amount_cents":{}}}"#,
+            100 + rng.below(9_900)
+        );
+        let mut record = FutureRecord::to(TOPIC).key(&key).payload(&payload);
+        if rng.below(100) < LATE_PERCENT {
+            // A late event: it happened 1 to 10 minutes ago.
+            let age_ms = 60_000 + rng.below(540_000) as i64;
+            record = record.timestamp(now_ms() - age_ms);
+        }
+        let delivery = producer
+            .send_result(record)
+            .map_err(|(e, _)| format!("enqueue: {e}"))?;
+        pending.push(delivery);
+    }
+    let mut acked = 0;
+    for delivery in pending {
+        match delivery.await {
+            Ok(Ok(_)) => acked += 1,
+            Ok(Err((e, _))) => return Err(format!("delivery: {e}")),
+            Err(_) => return Err("delivery canceled".into()),
+        }
+    }
+    producer
+        .flush(Duration::from_secs(5))
+        .map_err(|e| format!("flush: {e}"))?;
+    Ok(acked)
+}
+
+/// A tiny deterministic PRNG (xorshift64), so the demo needs no extra crate.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Builds the meter provider: the in-process reader always, OTLP when an
+/// endpoint is configured. Returns the OTLP endpoint in use, if any.
+fn meter_provider(ages: &AgeReader) -> Result<(SdkMeterProvider, Option<String>), Box<dyn Error>> {
+    // The in-process reader is exported to only when the provider is flushed
+    // (the consumer does that at shutdown), hence the long interval.
+    let local = PeriodicReader::builder(ages.clone())
+        .with_interval(Duration::from_secs(3_600))
+        .build();
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+        return Ok((SdkMeterProvider::builder().with_reader(local).build(), None));
+    }
+    let mut config = OtlpConfig::from_env()?;
+    if !set("OTEL_SERVICE_NAME") {
+        config = config.with_service_name("fresh-consumer-quickstart");
+    }
+    let endpoint = format!("{} ({})", config.endpoint(), config.protocol());
+    let provider = config.meter_provider_builder()?.with_reader(local).build();
+    Ok((provider, Some(endpoint)))
+}
+
+/// One partition's event-age histogram, merged over its attribute sets.
+#[derive(Clone, Debug, Default)]
+struct AgeHistogram {
+    bounds: Vec<f64>,
+    counts: Vec<u64>,
+    count: u64,
+    min: f64,
+    max: f64,
+}
+
+impl AgeHistogram {
+    fn merge(&mut self, bounds: Vec<f64>, counts: Vec<u64>, min: f64, max: f64) {
+        if self.counts.is_empty() {
+            self.bounds = bounds;
+            self.counts = counts;
+            self.min = min;
+            self.max = max;
+        } else {
+            for (a, b) in self.counts.iter_mut().zip(counts) {
+                *a += b;
+            }
+            self.min = self.min.min(min);
+            self.max = self.max.max(max);
+        }
+        self.count = self.counts.iter().sum();
+    }
+
+    /// Estimates the `q` quantile: finds the bucket holding that rank and
+    /// interpolates linearly inside it, with the bucket clamped to the
+    /// observed min and max. Only as precise as the bucket boundaries.
+    fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = (q * self.count as f64).max(1.0);
+        let mut below = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            if (below + c) as f64 >= rank {
+                let lo = if i == 0 {
+                    self.min
+                } else {
+                    self.bounds[i - 1].max(self.min)
+                };
+                let hi = self.bounds.get(i).map_or(self.max, |b| b.min(self.max));
+                let within = (rank - below as f64) / c as f64;
+                return Some(lo + (hi - lo) * within);
+            }
+            below += c;
+        }
+        Some(self.max)
+    }
+}
+
+/// An in-process metric reader: a push exporter that keeps the latest
+/// `fresh_consumer.event.age` data points per partition in memory. With
+/// cumulative temporality the latest export holds everything since start.
+///
+/// It sits behind a `PeriodicReader` and is exported to whenever the provider
+/// is flushed. (opentelemetry_sdk 0.33's `ManualReader` would do the same but
+/// needs the `experimental_metrics_custom_reader` feature.)
+#[derive(Clone, Default)]
+struct AgeReader(Arc<Mutex<BTreeMap<i32, AgeHistogram>>>);
+
+impl AgeReader {
+    fn snapshot(&self) -> BTreeMap<i32, AgeHistogram> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl PushMetricExporter for AgeReader {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let mut per_partition: BTreeMap<i32, AgeHistogram> = BTreeMap::new();
+        let histograms = metrics
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .filter(|m| m.name() == EVENT_AGE)
+            .filter_map(|m| match m.data() {
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => Some(h),
+                _ => None,
+            });
+        for histogram in histograms {
+            for point in histogram.data_points() {
+                let attr = |key: &str| {
+                    point
+                        .attributes()
+                        .find(|kv| kv.key.as_str() == key)
+                        .map(|kv| kv.value.as_str().into_owned())
+                };
+                if attr(MESSAGING_DESTINATION_NAME).as_deref() != Some(TOPIC) {
+                    continue;
+                }
+                let Some(partition) =
+                    attr(MESSAGING_DESTINATION_PARTITION_ID).and_then(|p| p.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                per_partition.entry(partition).or_default().merge(
+                    point.bounds().collect(),
+                    point.bucket_counts().collect(),
+                    point.min().unwrap_or(0.0),
+                    point.max().unwrap_or(0.0),
+                );
+            }
+        }
+        *self.0.lock().unwrap() = per_partition;
+        Ok(())
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// The high watermark (log end offset) of each partition, read from the broker.
+async fn log_end_offsets(bootstrap: &str) -> Vec<Option<i64>> {
+    let bootstrap = bootstrap.to_owned();
+    // `fetch_watermarks` blocks: keep it off the async worker threads.
+    tokio::task::spawn_blocking(move || {
+        let client: Result<BaseConsumer, _> = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create();
+        let Ok(client) = client else {
+            return vec![None; PARTITIONS as usize];
+        };
+        (0..PARTITIONS)
+            .map(|p| {
+                client
+                    .fetch_watermarks(TOPIC, p, Duration::from_secs(5))
+                    .ok()
+                    .map(|(_, high)| high)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|_| vec![None; PARTITIONS as usize])
+}
+
+fn print_report(
+    state: &State,
+    summary: &RunSummary,
+    ages: &AgeReader,
+    end_offsets: &[Option<i64>],
+    elapsed: Duration,
+) {
+    let ages = ages.snapshot();
+    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let age = |v: Option<f64>| v.map_or("-".to_owned(), human);
+    println!();
+    println!(
+        "{:>9} {:>8} {:>10} {:>8} | {:>11} {:>9} {:>9} {:>9}",
+        "partition",
+        "handled",
+        "committed",
+        "log end",
+        "age samples",
+        "p50 age",
+        "p99 age",
+        "max age"
+    );
+    for p in 0..PARTITIONS {
+        let handled = state.handled[p as usize].load(Ordering::Relaxed);
+        let committed = summary
+            .committed
+            .get(&TopicPartition {
+                topic: TOPIC.to_owned(),
+                partition: p,
+            })
+            .copied();
+        let h = ages.get(&p).cloned().unwrap_or_default();
+        let max = (h.count > 0).then_some(h.max);
+        println!(
+            "{:>9} {:>8} {:>10} {:>8} | {:>11} {:>9} {:>9} {:>9}",
+            p,
+            handled,
+            opt(committed),
+            opt(end_offsets.get(p as usize).copied().flatten()),
+            h.count,
+            age(h.quantile(0.5)),
+            age(h.quantile(0.99)),
+            age(max),
+        );
+    }
+    println!();
+    println!(
+        "handled = handler succeeded; committed = the group's next offset to read \
+         (everything below it succeeded); log end = high watermark."
+    );
+    println!(
+        "Event age = handler success time minus record timestamp, read back from the \
+         `{EVENT_AGE}` histogram: p50/p99 are estimates interpolated inside histogram \
+         buckets, max is exact."
+    );
+    let hot = state.hot_partition.load(Ordering::Relaxed);
+    if hot >= 0 {
+        println!(
+            "The hot key {HOT_KEY:?} hashes to partition {hot}: its records queue behind each \
+             other (one partition is handled one record at a time, in offset order), so they \
+             are handled later. Every partition ends with zero offset lag; the event age shows \
+             which one was late, and by how much."
+        );
+    }
+    println!(
+        "run: received={} succeeded={} failed_attempts={} (retried) commits={} \
+         commit_failures={} rebalance_events={} elapsed={:.1}s{}",
+        summary.records_received,
+        summary.records_succeeded,
+        summary.failed_attempts,
+        summary.commits,
+        summary.commit_failures,
+        summary.rebalances,
+        elapsed.as_secs_f64(),
+        if summary.shutdown_timed_out {
+            " (shutdown timed out)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// `12.3 ms`, `1.24 s`, `4m05s`.
+fn human(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.1} ms", seconds * 1_000.0)
+    } else if seconds < 60.0 {
+        format!("{seconds:.2} s")
+    } else {
+        let s = seconds.round() as u64;
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
+}
