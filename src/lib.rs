@@ -105,3 +105,8 @@ pub use health::{
 pub use record::{Header, Record, RecordTimestamp};
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};
+
+/// The README's Rust examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
