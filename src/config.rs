@@ -10,6 +10,7 @@ use rdkafka::error::KafkaError;
 
 use crate::error::ConfigError;
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::ordering::ProcessingOrder;
 use crate::slo::FreshnessObjective;
 
 /// Default for [`FreshConsumer::max_buffered_records`].
@@ -87,6 +88,7 @@ pub(crate) struct Settings {
     pub(crate) meter: Option<Meter>,
     pub(crate) meter_provider: Option<SdkMeterProvider>,
     pub(crate) event_time_header: Option<String>,
+    pub(crate) processing_order: ProcessingOrder,
     /// Partition health: the handle's hub, thresholds, retention-overrun
     /// policy, statistics interval (builder methods in `crate::health`).
     pub(crate) health: crate::health::HealthSettings,
@@ -136,6 +138,7 @@ impl<H> FreshConsumer<H> {
                 meter: None,
                 meter_provider: None,
                 event_time_header: None,
+                processing_order: ProcessingOrder::Partition,
                 health: crate::health::HealthSettings::default(),
             },
         }
@@ -190,10 +193,18 @@ impl<H> FreshConsumer<H> {
     }
 
     /// How many records per partition may wait in the library's buffer for
-    /// their handler. When a partition's buffer is full the partition is
-    /// paused (`rd_kafka_pause_partitions`) and resumed once it has drained to
-    /// half. Bounds memory to about this many records per assigned partition
+    /// their handler. When a partition's buffer is full the poll loop waits
+    /// up to 1 ms for its worker to take a record (not at all for a second
+    /// after such a wait failed); if it does not, the
+    /// partition is paused (`rd_kafka_pause_partitions`; librdkafka drops
+    /// the partition's prefetched records and fetches them again on resume)
+    /// and resumed once the buffer has drained to half. Bounds memory to about this many records per assigned partition
     /// plus what librdkafka prefetches (`queued.max.messages.kbytes`).
+    /// With [`ProcessingOrder::Key`], it also bounds the records a
+    /// partition's worker has taken that are outside the contiguous
+    /// completed prefix (running, waiting behind a busy key, or completed
+    /// after an unfinished earlier record), so a partition holds at most
+    /// twice this many.
     /// Defaults to 1,000. Must be at least 1.
     pub fn max_buffered_records(mut self, records: usize) -> Self {
         self.settings.max_buffered_records = records;
@@ -328,6 +339,18 @@ impl<H> FreshConsumer<H> {
         self
     }
 
+    /// The order in which each partition's records go through the handler.
+    /// Defaults to [`ProcessingOrder::Partition`]: one record of a partition
+    /// at a time, in offset order. [`ProcessingOrder::Key`] runs records
+    /// with different keys of the same partition concurrently (up to
+    /// `max_in_flight`, which must be at least 1) and keeps each key in
+    /// offset order; commits still cover only the contiguous run of
+    /// completed records.
+    pub fn processing_order(mut self, order: ProcessingOrder) -> Self {
+        self.settings.processing_order = order;
+        self
+    }
+
     /// Checks the configuration without touching the network: the library's
     /// options, the required settings, and every librdkafka property (name and
     /// value) through librdkafka's own configuration parser.
@@ -386,6 +409,9 @@ impl Settings {
         };
         if self.max_buffered_records == 0 {
             return Err(invalid("max_buffered_records", "must be at least 1"));
+        }
+        if let Err(reason) = self.processing_order.validate() {
+            return Err(invalid("processing_order", reason));
         }
         if self.commit_interval.is_zero() {
             return Err(invalid("commit_interval", "must be more than zero"));

@@ -38,6 +38,17 @@ use crate::watchdog::{self, PollClock};
 /// tick is shortened to a quarter of the warning threshold when that is less.
 pub const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
 
+/// How long the poll loop waits for room in a full partition buffer before
+/// it pauses the partition (see
+/// [`max_buffered_records`](crate::FreshConsumer::max_buffered_records)).
+/// A worker that keeps up frees a slot in microseconds.
+const FULL_BUFFER_WAIT: Duration = Duration::from_millis(1);
+
+/// After a wait for room timed out, the partition's worker is slow: for this
+/// long its full buffer pauses it at once, so a slow partition cannot hold
+/// the poll loop (and the other partitions) to its pace.
+const SLOW_PARTITION_HOLD: Duration = Duration::from_secs(1);
+
 type Kafka<H> = StreamConsumer<Ctx<H>>;
 
 impl<H: Handler> FreshConsumer<H> {
@@ -114,6 +125,7 @@ impl<H: Handler> FreshConsumer<H> {
         let shared = Arc::new(Shared::new(SharedInit {
             max_buffered_records: settings.max_buffered_records,
             commit_batch_records: settings.commit_batch_records,
+            processing_order: settings.processing_order,
             retry: settings.retry.clone(),
             handler_timeout: settings.handler_timeout,
             dead_letter,
@@ -238,6 +250,8 @@ struct Slot {
     /// paused meanwhile); handed over in order before anything newer.
     overflow: VecDeque<Record>,
     paused: bool,
+    /// Until when a full buffer pauses the partition without waiting.
+    slow_until: Option<Instant>,
 }
 
 struct Engine<H: Handler> {
@@ -273,13 +287,56 @@ impl<H: Handler> Engine<H> {
                 Ok(Ok(Ok(message))) => {
                     // Rebalance callbacks run inside `recv`: refresh first.
                     self.refresh_slots();
-                    dispatch(&mut self.slots, &shared, &consumer, message);
+                    if let Some((state, record)) = dispatch(&mut self.slots, &shared, message) {
+                        self.wait_for_room(state, record).await;
+                    }
                 }
                 Ok(Ok(Err(e))) => {
                     if let Some(fatal) = self.on_error(e) {
                         return Stop::Fatal(fatal);
                     }
                 }
+            }
+        }
+    }
+
+    /// A partition's buffer is full: wait up to [`FULL_BUFFER_WAIT`] for its
+    /// worker to take a record (a fast handler keeps up and the partition
+    /// keeps flowing), and only then pause the partition. Pausing is not
+    /// free: librdkafka drops the partition's prefetched records and fetches
+    /// them again after the resume.
+    async fn wait_for_room(&mut self, state: Arc<PartitionState>, record: Record) {
+        let slow = slot_of(&mut self.slots, &state)
+            .and_then(|s| s.slow_until)
+            .is_some_and(|until| Instant::now() < until);
+        let wait = if slow {
+            Duration::ZERO
+        } else {
+            FULL_BUFFER_WAIT
+        };
+        match tokio::time::timeout(wait, state.tx.reserve()).await {
+            Ok(Ok(permit)) => permit.send(record),
+            Ok(Err(_closed)) => {
+                self.shared
+                    .counters
+                    .unassigned
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_elapsed) => {
+                let Some(slot) = slot_of(&mut self.slots, &state) else {
+                    return;
+                };
+                if !slow {
+                    slot.slow_until = Some(Instant::now() + SLOW_PARTITION_HOLD);
+                }
+                slot.overflow.push_back(record);
+                if !slot.paused {
+                    match self.consumer.pause(&single(&state)) {
+                        Ok(()) => slot.paused = true,
+                        Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
+                    }
+                }
+                request_resume(&self.shared, &state);
             }
         }
     }
@@ -328,6 +385,7 @@ impl<H: Handler> Engine<H> {
                 .and_then(Option::take)
                 .filter(|s| Arc::ptr_eq(&s.state, state));
             let slot = kept.unwrap_or_else(|| Slot {
+                slow_until: None,
                 state: Arc::clone(state),
                 overflow: VecDeque::new(),
                 paused: false,
@@ -516,12 +574,25 @@ fn request_resume(shared: &Shared, state: &Arc<PartitionState>) {
 
 /// Hands one fetched record to its partition's worker, pausing the partition
 /// when the worker's buffer is full.
-fn dispatch<H: Handler>(
+/// The poll loop's slot of `state`, if it is still assigned.
+fn slot_of<'a>(
+    slots: &'a mut HashMap<Arc<str>, Vec<Option<Slot>>>,
+    state: &Arc<PartitionState>,
+) -> Option<&'a mut Slot> {
+    slots
+        .get_mut(&state.topic)
+        .and_then(|v| v.get_mut(state.partition as usize))
+        .and_then(Option::as_mut)
+        .filter(|s| Arc::ptr_eq(&s.state, state))
+}
+
+/// Returns the record when the worker's buffer is full, for
+/// [`Engine::wait_for_room`].
+fn dispatch(
     slots: &mut HashMap<Arc<str>, Vec<Option<Slot>>>,
     shared: &Shared,
-    consumer: &Kafka<H>,
     message: BorrowedMessage<'_>,
-) {
+) -> Option<(Arc<PartitionState>, Record)> {
     shared.counters.received.fetch_add(1, Ordering::Relaxed);
     let slot = slots
         .get_mut(message.topic())
@@ -530,7 +601,7 @@ fn dispatch<H: Handler>(
     let Some(slot) = slot else {
         // Fetched before a revoke: not ours any more, never committed by us.
         shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
-        return;
+        return None;
     };
     let state = &slot.state;
     state.metrics.consumed();
@@ -546,26 +617,18 @@ fn dispatch<H: Handler>(
         .unwrap_or_else(|e| e.into_inner())
         .delivered_at(record.offset(), event_ms);
     if !first_delivery {
-        return;
+        return None;
     }
     if !slot.overflow.is_empty() {
         slot.overflow.push_back(record);
-        return;
+        return None;
     }
     match state.tx.try_send(record) {
-        Ok(()) => {}
-        Err(TrySendError::Full(record)) => {
-            slot.overflow.push_back(record);
-            if !slot.paused {
-                match consumer.pause(&single(state)) {
-                    Ok(()) => slot.paused = true,
-                    Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
-                }
-            }
-            request_resume(shared, state);
-        }
+        Ok(()) => None,
+        Err(TrySendError::Full(record)) => Some((Arc::clone(state), record)),
         Err(TrySendError::Closed(_)) => {
             shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 }

@@ -43,7 +43,11 @@ pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 /// ```
 ///
 /// Records of one partition are handed to `handle` one at a time, in offset
-/// order; records of different partitions concurrently. A handler that fails
+/// order; records of different partitions concurrently. With
+/// [`ProcessingOrder::Key`](crate::ProcessingOrder::Key), records of one
+/// partition with different keys run concurrently too (up to its
+/// `max_in_flight`), and each key's records one at a time, in offset order.
+/// A handler that fails
 /// (returns `Err` or panics) is retried in place with exponential backoff, and
 /// no later offset of its partition is committed until it succeeds.
 #[diagnostic::on_unimplemented(

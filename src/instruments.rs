@@ -4,7 +4,9 @@
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{
+    BoundCounter, BoundHistogram, Counter, Gauge, Histogram, Meter, UpDownCounter,
+};
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::metrics::*;
@@ -227,16 +229,29 @@ impl Instruments {
         PartitionInstruments {
             i: self.clone(),
             base: with(&[]),
-            age_create: with(&[KeyValue::new(TIMESTAMP_TYPE, "create_time")]),
-            age_append: with(&[KeyValue::new(TIMESTAMP_TYPE, "log_append_time")]),
-            age_header: with(&[KeyValue::new(TIMESTAMP_TYPE, "header")]),
-            process_ok: with(&process),
+            age_create: Lazy::histogram(
+                &self.event_age,
+                with(&[KeyValue::new(TIMESTAMP_TYPE, "create_time")]),
+            ),
+            age_append: Lazy::histogram(
+                &self.event_age,
+                with(&[KeyValue::new(TIMESTAMP_TYPE, "log_append_time")]),
+            ),
+            age_header: Lazy::histogram(
+                &self.event_age,
+                with(&[KeyValue::new(TIMESTAMP_TYPE, "header")]),
+            ),
+            process_ok: Lazy::histogram(&self.process_duration, with(&process)),
+            batch: Lazy::histogram(&self.batch_duration, with(&[])),
             process_error: process_err("handler_error"),
             process_panic: process_err("panic"),
-            consumed: with(&[
-                KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
-                KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
-            ]),
+            consumed: Lazy::counter(
+                &self.consumed,
+                with(&[
+                    KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
+                    KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
+                ]),
+            ),
             process_timeout: process_err("timeout"),
             slo: self
                 .slo
@@ -247,15 +262,18 @@ impl Instruments {
                 .map(|(index, o)| {
                     let threshold = o.objective.threshold_label();
                     let attrs = SloResult::ALL.map(|r| {
-                        with(&[
-                            KeyValue::new(SLO_THRESHOLD, threshold.clone()),
-                            KeyValue::new(SLO_RESULT, r.as_str()),
-                        ])
+                        Lazy::counter(
+                            &self.slo_messages,
+                            with(&[
+                                KeyValue::new(SLO_THRESHOLD, threshold.clone()),
+                                KeyValue::new(SLO_RESULT, r.as_str()),
+                            ]),
+                        )
                     });
                     SloAttrs {
                         index,
                         threshold_s: o.threshold_s,
-                        attrs,
+                        counters: attrs,
                     }
                 })
                 .collect(),
@@ -353,11 +371,50 @@ pub(crate) fn kafka_error_name_of(e: &rdkafka::error::KafkaError) -> String {
         .unwrap_or_else(|| "_OTHER".to_owned())
 }
 
+/// An instrument bound to one attribute set on first use. Binding resolves
+/// the attribute set once, so a record costs ~20 ns instead of a lookup of
+/// the whole set; binding lazily keeps attribute sets that never see a value
+/// (a timestamp type the topic does not use) out of the export, where the
+/// SDK would send them as empty points.
+pub(crate) struct Lazy<I, B> {
+    instrument: I,
+    attrs: Box<[KeyValue]>,
+    bound: std::sync::OnceLock<B>,
+}
+
+impl Lazy<Histogram<f64>, BoundHistogram<f64>> {
+    fn histogram(h: &Histogram<f64>, attrs: Box<[KeyValue]>) -> Self {
+        Lazy {
+            instrument: h.clone(),
+            attrs,
+            bound: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &BoundHistogram<f64> {
+        self.bound.get_or_init(|| self.instrument.bind(&self.attrs))
+    }
+}
+
+impl Lazy<Counter<u64>, BoundCounter<u64>> {
+    fn counter(c: &Counter<u64>, attrs: Box<[KeyValue]>) -> Self {
+        Lazy {
+            instrument: c.clone(),
+            attrs,
+            bound: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &BoundCounter<u64> {
+        self.bound.get_or_init(|| self.instrument.bind(&self.attrs))
+    }
+}
+
 /// One objective's attribute sets for a partition, one per [`SloResult`].
 struct SloAttrs {
     index: usize,
     threshold_s: f64,
-    attrs: [Box<[KeyValue]>; 5],
+    counters: [Lazy<Counter<u64>, BoundCounter<u64>>; 5],
 }
 
 /// (partition attributes + dead-letter topic, attributes of the sends to the
@@ -368,13 +425,14 @@ type DeadLetterAttrs = (Box<[KeyValue]>, Box<[KeyValue]>);
 pub(crate) struct PartitionInstruments {
     i: Instruments,
     base: Box<[KeyValue]>,
-    age_create: Box<[KeyValue]>,
-    age_append: Box<[KeyValue]>,
-    age_header: Box<[KeyValue]>,
-    process_ok: Box<[KeyValue]>,
+    age_create: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    age_append: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    age_header: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    process_ok: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    batch: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     process_error: Box<[KeyValue]>,
     process_panic: Box<[KeyValue]>,
-    consumed: Box<[KeyValue]>,
+    consumed: Lazy<Counter<u64>, BoundCounter<u64>>,
     process_timeout: Box<[KeyValue]>,
     /// The freshness objectives that apply to this partition's topic.
     slo: Vec<SloAttrs>,
@@ -391,12 +449,12 @@ impl PartitionInstruments {
     }
 
     pub(crate) fn consumed(&self) {
-        self.i.consumed.add(1, &self.consumed);
+        self.consumed.get().add(1);
     }
 
     pub(crate) fn attempt(&self, took: Duration, error: Option<AttemptError>) {
         let attrs = match error {
-            None => &self.process_ok,
+            None => return self.process_ok.get().record(took.as_secs_f64()),
             Some(AttemptError::Handler) => &self.process_error,
             Some(AttemptError::Panic) => &self.process_panic,
             Some(AttemptError::Timeout) => &self.process_timeout,
@@ -420,7 +478,7 @@ impl PartitionInstruments {
         for o in &self.slo {
             let r = result(o.threshold_s);
             let i = SloResult::ALL.iter().position(|x| *x == r).unwrap_or(0);
-            self.i.slo_messages.add(1, &o.attrs[i]);
+            o.counters[i].get().add(1);
             self.i.slo.objectives[o.index].count(r);
         }
     }
@@ -451,7 +509,7 @@ impl PartitionInstruments {
     }
 
     pub(crate) fn batch(&self, took: Duration) {
-        self.i.batch_duration.record(took.as_secs_f64(), &self.base);
+        self.batch.get().record(took.as_secs_f64());
     }
 
     /// Records the age of a succeeded record. Returns what was recorded.
@@ -471,11 +529,11 @@ impl PartitionInstruments {
         let outcome = event_age(ms, now);
         match outcome {
             AgeOutcome::Recorded(age) => {
-                self.i.event_age.record(age, attrs);
+                attrs.get().record(age);
                 self.slo(|threshold| SloResult::of_age(age, threshold));
             }
             AgeOutcome::ClockSkew => {
-                self.i.event_age.record(0.0, attrs);
+                attrs.get().record(0.0);
                 self.i.clock_skew.add(1, &self.base);
                 self.slo(|_| SloResult::Good);
             }

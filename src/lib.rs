@@ -38,7 +38,9 @@
 //! the contiguous run of succeeded records.
 //!
 //! - **Ordering**: records of one partition are handled one at a time, in
-//!   offset order; partitions run concurrently.
+//!   offset order; partitions run concurrently. Opt-in
+//!   [`ProcessingOrder::Key`] runs different keys of one partition
+//!   concurrently, each key still in offset order.
 //! - **Backpressure**: a partition whose buffer is full is paused and resumed
 //!   when it drains, so memory stays bounded and the poll loop keeps polling.
 //! - **Failures**: a failing (or panicking) handler is retried in place with
@@ -73,6 +75,7 @@ mod handler;
 pub mod health;
 mod instruments;
 pub mod metrics;
+mod ordering;
 pub mod otlp;
 mod partition;
 mod record;
@@ -102,6 +105,7 @@ pub use health::{
     DEFAULT_STALL_AFTER, DEFAULT_STATISTICS_INTERVAL, HealthHandle, HealthReason, HealthSnapshot,
     HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
 };
+pub use ordering::ProcessingOrder;
 pub use record::{Header, Record, RecordTimestamp};
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};

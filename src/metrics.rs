@@ -51,7 +51,9 @@ pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
 
 /// Duration of a batch: the run of one partition's records handled back to
 /// back, from the first handler start to the last completion, ending when the
-/// partition's buffer is empty.
+/// partition's buffer is empty. With
+/// [`ProcessingOrder::Key`](crate::ProcessingOrder::Key), the partition's busy
+/// period: it ends once the buffer is empty and no handler call runs.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|

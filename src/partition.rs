@@ -1,12 +1,16 @@
 //! One assigned partition: its shared state and the worker task that runs the
-//! handler over its records in offset order.
+//! handler over its records: one at a time in offset order
+//! ([`ProcessingOrder::Partition`]), or concurrently across keys with each
+//! key in offset order ([`ProcessingOrder::Key`]).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +18,7 @@ use crate::dead_letter::{DeadLetterWriter, FailureInfo};
 use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::instruments::{AttemptError, EventTime, PartitionInstruments, parse_event_time_header};
+use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::Record;
 use crate::shared::{Ctrl, Decision, Shared};
 use crate::tracker::OffsetTracker;
@@ -34,8 +39,9 @@ pub(crate) struct PartitionState {
     /// Set once the partition is revoked, lost or closed: nothing is committed
     /// for it any more, and a late completion is dropped.
     pub(crate) revoked: AtomicBool,
-    /// Cancelled to stop the worker: it finishes the handler call that is
-    /// running, abandons a retry backoff, and takes no more records.
+    /// Cancelled to stop the worker: it finishes the handler calls that are
+    /// running, abandons retry backoffs, drops records waiting behind a busy
+    /// key, and takes no more records.
     pub(crate) stop: CancellationToken,
     /// The worker's input: records in offset order.
     pub(crate) tx: mpsc::Sender<Record>,
@@ -90,10 +96,10 @@ impl PartitionState {
             state: Arc::clone(&state),
             shared: Arc::clone(shared),
             handler: Arc::clone(handler),
-            rx,
+            blocked: AtomicUsize::new(0),
             _done: done_tx,
         };
-        shared.runtime.spawn(worker.run());
+        shared.runtime.spawn(worker.run(rx));
         state
     }
 
@@ -128,8 +134,11 @@ struct Worker<H> {
     state: Arc<PartitionState>,
     shared: Arc<Shared>,
     handler: Arc<H>,
-    rx: mpsc::Receiver<Record>,
-    /// Dropped when the worker ends.
+    /// Records of this partition blocked now: at most one in partition
+    /// order, one per key lane in key order. `blocked_since` is set while it
+    /// is above 0. Only the worker's task touches it.
+    blocked: AtomicUsize,
+    /// Dropped when the worker ends, after every handler call it started.
     _done: std::sync::mpsc::Sender<()>,
 }
 
@@ -138,11 +147,104 @@ enum Attempt {
     Failed(AttemptError, BoxError),
 }
 
+/// One record's share of its partition's blocked state: set while the
+/// record's attempts ran out and it is neither handled nor parked. Cleared
+/// when the record moves on, or dropped with it.
+struct BlockGuard<'a, H> {
+    worker: &'a Worker<H>,
+    blocked: bool,
+}
+
+impl<H> BlockGuard<'_, H> {
+    fn block(&mut self) {
+        if std::mem::replace(&mut self.blocked, true) {
+            return;
+        }
+        if self.worker.blocked.fetch_add(1, Ordering::AcqRel) == 0 {
+            let now = SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(1)
+                .max(1);
+            let state = &self.worker.state;
+            if state
+                .blocked_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                state.metrics.blocked(true);
+            }
+        }
+    }
+
+    fn unblock(&mut self) {
+        if !std::mem::replace(&mut self.blocked, false) {
+            return;
+        }
+        if self.worker.blocked.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let state = &self.worker.state;
+            if state.blocked_since.swap(0, Ordering::AcqRel) != 0 {
+                state.metrics.blocked(false);
+            }
+        }
+    }
+}
+
+impl<H> Drop for BlockGuard<'_, H> {
+    fn drop(&mut self) {
+        self.unblock();
+    }
+}
+
+/// The worker's state under [`ProcessingOrder::Key`] (the running handler
+/// pipelines are a local of [`Worker::run_by_key`]).
+struct Keyed {
+    /// Busy lanes and the records waiting behind them.
+    lanes: KeyLanes<Record>,
+    /// Records taken from the buffer that are not yet in the completed
+    /// prefix: running, waiting, or completed after an unfinished earlier
+    /// record. The look-ahead bound.
+    window: OffsetTracker,
+    /// At most this many records in `window` (`max_buffered_records`).
+    window_limit: usize,
+    max_in_flight: usize,
+    batch_start: Option<Instant>,
+    /// Stopped (revoke, shutdown): no record starts any more; the running
+    /// ones finish.
+    stopping: bool,
+}
+
+impl Keyed {
+    /// `true` when the worker may take another record while `running`
+    /// handler pipelines run.
+    fn has_room(&self, running: usize) -> bool {
+        !self.stopping
+            && running < self.max_in_flight
+            && self.window.outstanding() < self.window_limit
+    }
+}
+
+/// What a finished handler pipeline reports: its lane, its offset, and
+/// whether the record completed (`false`: stopped with the record neither
+/// handled nor parked).
+type PipelineDone = (LaneId, i64, bool);
+
 impl<H: Handler> Worker<H> {
-    async fn run(mut self) {
+    async fn run(self, rx: mpsc::Receiver<Record>) {
+        match self.shared.processing_order {
+            ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
+                self.run_by_key(rx, max_in_flight).await;
+            }
+            // `Key { max_in_flight: 1 }` is partition order.
+            _ => self.run_in_order(rx).await,
+        }
+    }
+
+    /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
+    async fn run_in_order(self, mut rx: mpsc::Receiver<Record>) {
         let mut batch_start: Option<Instant> = None;
         loop {
-            let record = if let Ok(r) = self.rx.try_recv() {
+            let record = if let Ok(r) = rx.try_recv() {
                 r
             } else {
                 // The buffer is empty: the batch ends here.
@@ -152,7 +254,7 @@ impl<H: Handler> Worker<H> {
                 tokio::select! {
                     biased;
                     _ = self.state.stop.cancelled() => break,
-                    r = self.rx.recv() => match r {
+                    r = rx.recv() => match r {
                         Some(r) => r,
                         None => break,
                     },
@@ -161,17 +263,7 @@ impl<H: Handler> Worker<H> {
             if self.state.stop.is_cancelled() {
                 break;
             }
-            // Pairs with the fence in the poll loop's `request_resume`.
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if self.state.wants_resume.load(Ordering::Acquire)
-                && self.rx.len() <= self.shared.max_buffered_records / 2
-                && self.state.wants_resume.swap(false, Ordering::AcqRel)
-            {
-                let _ = self
-                    .shared
-                    .ctrl_tx
-                    .send(Ctrl::Drained(Arc::clone(&self.state)));
-            }
+            self.resume_if_drained(&rx);
             batch_start.get_or_insert_with(Instant::now);
             if !self.handle_until_done(record).await {
                 break;
@@ -180,7 +272,140 @@ impl<H: Handler> Worker<H> {
         if let Some(start) = batch_start.take() {
             self.state.metrics.batch(start.elapsed());
         }
-        self.unblock();
+    }
+
+    /// [`ProcessingOrder::Key`]: up to `max_in_flight` handler pipelines at
+    /// once on this task, one per key lane, each lane in offset order.
+    async fn run_by_key(self, mut rx: mpsc::Receiver<Record>, max_in_flight: usize) {
+        let mut k = Keyed {
+            lanes: KeyLanes::default(),
+            window: OffsetTracker::default(),
+            window_limit: self.shared.max_buffered_records,
+            max_in_flight,
+            batch_start: None,
+            stopping: false,
+        };
+        let mut running = FuturesUnordered::new();
+        let cancelled = self.state.stop.clone().cancelled_owned();
+        tokio::pin!(cancelled);
+        loop {
+            // Start what can start without waiting.
+            while k.has_room(running.len()) {
+                let Ok(r) = rx.try_recv() else { break };
+                if let Some((lane, r)) = self.take(&mut k, &rx, r) {
+                    running.push(self.pipeline(lane, r));
+                }
+            }
+            if k.stopping {
+                k.lanes.drop_waiting();
+                if running.is_empty() {
+                    break;
+                }
+            }
+            if running.is_empty() {
+                // Idle: no record runs, so none waits (a waiting record
+                // always has a running one ahead of it in its lane), and the
+                // buffer is empty. The batch ends here.
+                if let Some(start) = k.batch_start.take() {
+                    self.state.metrics.batch(start.elapsed());
+                }
+                tokio::select! {
+                    biased;
+                    () = &mut cancelled => k.stopping = true,
+                    r = rx.recv() => match r {
+                        Some(r) => {
+                            if let Some((lane, r)) = self.take(&mut k, &rx, r) {
+                                running.push(self.pipeline(lane, r));
+                            }
+                        }
+                        None => k.stopping = true,
+                    },
+                }
+                continue;
+            }
+            let can_take = k.has_room(running.len());
+            let next = tokio::select! {
+                biased;
+                Some(done) = running.next() => self.finished(&mut k, done),
+                () = &mut cancelled, if !k.stopping => {
+                    k.stopping = true;
+                    None
+                }
+                r = rx.recv(), if can_take => match r {
+                    Some(r) => self.take(&mut k, &rx, r),
+                    None => {
+                        k.stopping = true;
+                        None
+                    }
+                },
+            };
+            if let Some((lane, r)) = next {
+                running.push(self.pipeline(lane, r));
+            }
+        }
+        if let Some(start) = k.batch_start.take() {
+            self.state.metrics.batch(start.elapsed());
+        }
+        // `running` is empty: every handler call this worker started ended
+        // before `_done` drops with `self`.
+    }
+
+    /// A record taken from the buffer in key order: returns it with its
+    /// lane when it may start now; queues it behind its busy lane otherwise.
+    fn take(
+        &self,
+        k: &mut Keyed,
+        rx: &mpsc::Receiver<Record>,
+        record: Record,
+    ) -> Option<(LaneId, Record)> {
+        if self.state.stop.is_cancelled() {
+            k.stopping = true;
+            return None;
+        }
+        self.resume_if_drained(rx);
+        k.batch_start.get_or_insert_with(Instant::now);
+        k.window.delivered_at(record.offset(), 0);
+        let lane = k.lanes.lane_of(&record);
+        k.lanes.admit(lane, record).map(|r| (lane, r))
+    }
+
+    /// A handler pipeline ended: returns the next record of its lane to
+    /// start, if any and not stopping.
+    fn finished(
+        &self,
+        k: &mut Keyed,
+        (lane, offset, completed): PipelineDone,
+    ) -> Option<(LaneId, Record)> {
+        if completed {
+            k.window.completed(offset);
+        } else {
+            k.stopping = true;
+        }
+        let next = k.lanes.finish(lane)?;
+        // Stopping: the waiting record is dropped, uncommitted.
+        (!k.stopping).then_some((lane, next))
+    }
+
+    /// One record's handler pipeline in key order.
+    async fn pipeline(&self, lane: LaneId, record: Record) -> PipelineDone {
+        let offset = record.offset();
+        (lane, offset, self.handle_until_done(record).await)
+    }
+
+    /// Asks the poll loop to refill and resume the partition when it paused
+    /// it and the buffer has drained to half. Called as a record is taken.
+    fn resume_if_drained(&self, rx: &mpsc::Receiver<Record>) {
+        // Pairs with the fence in the poll loop's `request_resume`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.state.wants_resume.load(Ordering::Acquire)
+            && rx.len() <= self.shared.max_buffered_records / 2
+            && self.state.wants_resume.swap(false, Ordering::AcqRel)
+        {
+            let _ = self
+                .shared
+                .ctrl_tx
+                .send(Ctrl::Drained(Arc::clone(&self.state)));
+        }
     }
 
     /// Runs the handler on `record` until it succeeds or is parked (dead
@@ -192,6 +417,10 @@ impl<H: Handler> Worker<H> {
         let retry = &self.shared.retry;
         let mut attempt: u32 = 0;
         let mut first_failure: Option<SystemTime> = None;
+        let mut blocked = BlockGuard {
+            worker: self,
+            blocked: false,
+        };
         loop {
             attempt += 1;
             let started = Instant::now();
@@ -216,7 +445,7 @@ impl<H: Handler> Worker<H> {
             let (kind, error) = match outcome {
                 Attempt::Succeeded => {
                     self.state.metrics.attempt(took, None);
-                    self.unblock();
+                    blocked.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
                         // The partition moved on while the handler ran: the
                         // record will be redelivered to its new owner.
@@ -284,16 +513,16 @@ impl<H: Handler> Worker<H> {
                         error = %error,
                         "record given up after its last attempt and committed past (skip policy): it is lost to this consumer group"
                     );
-                    self.unblock();
+                    blocked.unblock();
                     self.state.metrics.skipped();
                     self.complete(offset);
                     return true;
                 }
                 Decision::DeadLetter(writer) => {
-                    return self.park(writer, &record, failure).await;
+                    return self.park(writer, &record, failure, &mut blocked).await;
                 }
                 Decision::Block { storm } => {
-                    self.block();
+                    blocked.block();
                     let delay = retry.max_backoff;
                     tracing::error!(
                         topic = %self.state.topic,
@@ -319,7 +548,13 @@ impl<H: Handler> Worker<H> {
     /// capped backoff until the broker acknowledges it; only then is the
     /// record's offset committable. The partition counts as blocked while a
     /// write fails.
-    async fn park(&self, writer: &DeadLetterWriter, record: &Record, failure: FailureInfo) -> bool {
+    async fn park(
+        &self,
+        writer: &DeadLetterWriter,
+        record: &Record,
+        failure: FailureInfo,
+        blocked: &mut BlockGuard<'_, H>,
+    ) -> bool {
         let topic = writer.topic_for(record.topic());
         let mut write_attempt: u32 = 0;
         loop {
@@ -332,7 +567,7 @@ impl<H: Handler> Worker<H> {
             match sent {
                 Ok(()) => {
                     self.state.metrics.dead_lettered(None);
-                    self.unblock();
+                    blocked.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
                         // Parked, but the partition moved on: its new owner
                         // will handle the record again (at-least-once).
@@ -355,7 +590,7 @@ impl<H: Handler> Worker<H> {
                     self.state
                         .metrics
                         .dead_lettered(Some(crate::instruments::kafka_error_name_of(&e)));
-                    self.block();
+                    blocked.block();
                     let delay = self.shared.retry.delay(write_attempt);
                     tracing::error!(
                         topic = %self.state.topic,
@@ -382,28 +617,6 @@ impl<H: Handler> Worker<H> {
             .unwrap_or_else(|e| e.into_inner())
             .completed(offset);
         self.shared.record_completed();
-    }
-
-    fn block(&self) {
-        let now = SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(1)
-            .max(1);
-        if self
-            .state
-            .blocked_since
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.state.metrics.blocked(true);
-        }
-    }
-
-    fn unblock(&self) {
-        if self.state.blocked_since.swap(0, Ordering::AcqRel) != 0 {
-            self.state.metrics.blocked(false);
-        }
     }
 
     /// Sleeps unless the partition is stopped first. Returns `false` when

@@ -14,6 +14,7 @@ use crate::commit::CommitCmd;
 use crate::dead_letter::DeadLetterWriter;
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
 use crate::instruments::Instruments;
+use crate::ordering::ProcessingOrder;
 use crate::partition::PartitionState;
 use crate::summary::TopicPartition;
 use crate::watchdog::PollClock;
@@ -41,6 +42,7 @@ pub(crate) type PartitionKey = (Arc<str>, i32);
 pub(crate) struct Shared {
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
+    pub(crate) processing_order: ProcessingOrder,
     pub(crate) retry: RetryPolicy,
     pub(crate) handler_timeout: Option<Duration>,
     /// The dead-letter writer, with [`OnExhausted::DeadLetter`].
@@ -113,6 +115,7 @@ impl Counters {
 pub(crate) struct SharedInit {
     pub(crate) max_buffered_records: usize,
     pub(crate) commit_batch_records: usize,
+    pub(crate) processing_order: ProcessingOrder,
     pub(crate) retry: RetryPolicy,
     pub(crate) handler_timeout: Option<Duration>,
     pub(crate) dead_letter: Option<DeadLetterWriter>,
@@ -133,6 +136,7 @@ impl Shared {
         Shared {
             max_buffered_records: i.max_buffered_records,
             commit_batch_records: i.commit_batch_records,
+            processing_order: i.processing_order,
             retry: i.retry,
             handler_timeout: i.handler_timeout,
             dead_letter: i.dead_letter,

@@ -123,7 +123,6 @@ impl OffsetTracker {
     }
 
     /// Number of delivered records not yet in the completed prefix.
-    #[cfg(test)]
     pub(crate) fn outstanding(&self) -> usize {
         self.pending.len()
     }

@@ -1,0 +1,352 @@
+//! A hot partition: one partition, 1,000 keys, a handler that awaits 1 ms.
+//! Partition ordering (one record at a time) against key ordering
+//! (`ProcessingOrder::Key`, different keys concurrently), in one run.
+//!
+//!     cargo bench --bench hot_partition
+//!     BENCH_HOT_RECORDS=5000 BENCH_HOT_IN_FLIGHT=16,64 cargo bench --bench hot_partition
+//!
+//! Latest results: see benches/README.md (the summary this bench prints at
+//! the end is what goes into it).
+//!
+//! What is measured: one partition of `BENCH_HOT_RECORDS` (3,000) records
+//! (100 B payload), whose keys are drawn from 1,000 keys (`key-0000` ..
+//! `key-0999`) by a fixed pseudo-random sequence, so records of one key
+//! sometimes follow each other closely (a round robin over the keys would
+//! never make a record wait behind its key). Produced once; each iteration
+//! consumes it from the start with a fresh group (all metrics on, real SDK
+//! instruments), timed from the first handler call to the last handler
+//! completion (group join and shutdown are not timed):
+//! - `partition`: `ProcessingOrder::Partition` (the default);
+//! - `key_N`: `ProcessingOrder::Key { max_in_flight: N }` for each N of
+//!   `BENCH_HOT_IN_FLIGHT` (16, 64, 256).
+//!
+//! The handler awaits `tokio::time::sleep(1 ms)`, which takes 1-2 ms
+//! (tokio's timer has millisecond ticks), so `timer_floor` measures the same
+//! sleeps one after the other in a plain task: what one record at a time can
+//! reach. The bound of `key_N` is N times that floor (fewer when records of
+//! one key meet).
+//!
+//! After criterion's samples, a paired pass runs the variants round-robin
+//! (`BENCH_PAIRED_ROUNDS`, default 3) and prints the median records/s and
+//! the median per-round ratio to `partition`.
+//!
+//! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`
+//! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+use fresh_consumer::{FreshConsumer, ProcessingOrder, Record};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+
+const DEADLINE: Duration = Duration::from_secs(300);
+const WORK: Duration = Duration::from_millis(1);
+const KEYS: u64 = 1_000;
+
+/// One variant: a processing order, or the timer floor.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    TimerFloor,
+    Fresh(ProcessingOrder),
+}
+
+impl Variant {
+    fn name(self) -> String {
+        match self {
+            Variant::TimerFloor => "timer_floor".into(),
+            Variant::Fresh(ProcessingOrder::Key { max_in_flight }) => {
+                format!("key_{max_in_flight}")
+            }
+            Variant::Fresh(_) => "partition".into(),
+        }
+    }
+}
+
+struct Setup {
+    bootstrap: String,
+    topic: String,
+    records: u64,
+}
+
+impl Setup {
+    async fn run(&self, v: Variant) -> Duration {
+        match v {
+            Variant::TimerFloor => {
+                let start = Instant::now();
+                for _ in 0..self.records {
+                    tokio::time::sleep(WORK).await;
+                }
+                start.elapsed()
+            }
+            Variant::Fresh(order) => self.fresh(order).await,
+        }
+    }
+
+    async fn fresh(&self, order: ProcessingOrder) -> Duration {
+        let progress = Arc::new(Progress::new(self.records));
+        let handler = {
+            let p = Arc::clone(&progress);
+            move |_record: Record| {
+                let p = Arc::clone(&p);
+                async move {
+                    p.started();
+                    tokio::time::sleep(WORK).await;
+                    p.finished();
+                    Ok::<(), Infallible>(())
+                }
+            }
+        };
+        let mut c = FreshConsumer::new(handler)
+            .bootstrap_servers(self.bootstrap.clone())
+            .group_id(unique("hot"))
+            .topics([self.topic.as_str()])
+            .processing_order(order)
+            .commit_interval(Duration::from_millis(100))
+            .shutdown_timeout(Duration::from_secs(10));
+        for (k, v) in CONSUMER_PROPS {
+            c = c.set(*k, *v);
+        }
+        let (provider, _exporter) = support::sdk_provider();
+        let c = c.meter_provider(&provider);
+        let p = Arc::clone(&progress);
+        let summary = tokio::time::timeout(
+            DEADLINE,
+            c.run_until(async move { p.done.notified().await }),
+        )
+        .await
+        .expect("deadline")
+        .expect("run");
+        assert!(summary.records_succeeded >= self.records);
+        let _ = provider.shutdown();
+        progress.elapsed()
+    }
+}
+
+/// Produces `records` records to partition 0 of `topic`, keys drawn from
+/// [`KEYS`] keys by a fixed xorshift sequence, and checks the mock kept them.
+fn produce_hot(bootstrap: &str, topic: &str, records: u64) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer");
+    let payload = vec![b'x'; 100];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..records {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = format!("key-{:04}", x % KEYS);
+        let mut record = BaseRecord::to(topic)
+            .partition(0)
+            .key(&key)
+            .payload(&payload);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(5));
+                }
+                Err((e, _)) => panic!("produce: {e}"),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("watermark reader");
+    let (lo, hi) = reader
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
+    assert_eq!((lo, hi), (0, records as i64), "the mock dropped records");
+}
+
+struct Progress {
+    target: u64,
+    n: AtomicU64,
+    first: OnceLock<Instant>,
+    last: OnceLock<Instant>,
+    done: tokio::sync::Notify,
+}
+
+impl Progress {
+    fn new(target: u64) -> Self {
+        Progress {
+            target,
+            n: AtomicU64::new(0),
+            first: OnceLock::new(),
+            last: OnceLock::new(),
+            done: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn started(&self) {
+        self.first.get_or_init(Instant::now);
+    }
+
+    fn finished(&self) {
+        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            let _ = self.last.set(Instant::now());
+            self.done.notify_one();
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.last
+            .get()
+            .expect("all records")
+            .duration_since(*self.first.get().expect("a record"))
+    }
+}
+
+static SAMPLES: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
+
+fn note(name: &str, records: u64, took: Duration) -> f64 {
+    let rate = records as f64 / took.as_secs_f64();
+    SAMPLES.lock().unwrap().push((name.to_owned(), rate));
+    rate
+}
+
+fn main() {
+    let records: u64 = env_or("BENCH_HOT_RECORDS", 3_000);
+    let rounds: usize = env_or("BENCH_PAIRED_ROUNDS", 3);
+    let in_flight: Vec<usize> = std::env::var("BENCH_HOT_IN_FLIGHT")
+        .unwrap_or_else(|_| "16,64,256".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .filter(|&n| n >= 1)
+        .collect();
+
+    let cluster = Cluster::start();
+    let topic = cluster.topic("hot-partition", 1);
+    produce_hot(cluster.bootstrap(), &topic, records);
+    println!(
+        "hot_partition: 1 partition x {records} records, {KEYS} keys (pseudo-random order), handler sleeps 1 ms; {}",
+        support::machine()
+    );
+    let setup = Setup {
+        bootstrap: cluster.bootstrap().to_owned(),
+        topic,
+        records,
+    };
+    let mut variants = vec![
+        Variant::TimerFloor,
+        Variant::Fresh(ProcessingOrder::Partition),
+    ];
+    variants.extend(
+        in_flight
+            .iter()
+            .map(|&n| Variant::Fresh(ProcessingOrder::Key { max_in_flight: n })),
+    );
+    let rt = support::runtime();
+
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(1))
+        .configure_from_args();
+    {
+        let mut g = c.benchmark_group("hot_partition");
+        g.sampling_mode(SamplingMode::Flat);
+        g.throughput(Throughput::Elements(records));
+        for &v in &variants {
+            let name = v.name();
+            g.bench_function(name.as_str(), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let took = rt.block_on(setup.run(v));
+                            note(&name, records, took);
+                            took
+                        })
+                        .sum()
+                })
+            });
+        }
+        g.finish();
+    }
+    c.final_summary();
+    summarize(
+        "criterion samples (variants one after the other)",
+        &variants,
+        records,
+    );
+
+    if rounds > 0 {
+        SAMPLES.lock().unwrap().clear();
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            let rates: Vec<f64> = variants
+                .iter()
+                .map(|&v| note(&v.name(), records, rt.block_on(setup.run(v))))
+                .collect();
+            for (i, r) in rates.iter().enumerate() {
+                ratios[i].push(r / rates[1]);
+            }
+        }
+        summarize(
+            &format!("paired pass ({rounds} rounds, round-robin)"),
+            &variants,
+            records,
+        );
+        println!("  per-round ratio to partition ordering:");
+        for (v, r) in variants.iter().zip(&ratios).skip(2) {
+            let (lo, hi) = min_max(r);
+            println!(
+                "    {:<12} {:>7.1}x (min {lo:.1}, max {hi:.1})",
+                v.name(),
+                median(r)
+            );
+        }
+    }
+    drop(rt);
+    drop(cluster);
+}
+
+fn summarize(title: &str, variants: &[Variant], records: u64) {
+    let samples = SAMPLES.lock().unwrap();
+    let rates = |name: &str| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|&(_, r)| r)
+            .collect()
+    };
+    let floor = median(&rates("timer_floor"));
+    let partition = median(&rates("partition"));
+    println!("\nhot_partition summary, {title}: {records} records per run");
+    println!(
+        "  {:<12} {:>5} {:>12} {:>12} {:>12} {:>13} {:>9}",
+        "variant", "runs", "median rec/s", "min rec/s", "max rec/s", "vs partition", "vs bound"
+    );
+    for v in variants {
+        let name = v.name();
+        let r = rates(&name);
+        let (lo, hi) = min_max(&r);
+        let m = median(&r);
+        // What the timer allows: one sleep at a time, or N at once.
+        let bound = match v {
+            Variant::Fresh(ProcessingOrder::Key { max_in_flight }) => floor * *max_in_flight as f64,
+            _ => floor,
+        };
+        println!(
+            "  {name:<12} {:>5} {m:>12.0} {lo:>12.0} {hi:>12.0} {:>13.2} {:>9.2}",
+            r.len(),
+            m / partition,
+            m / bound
+        );
+    }
+}
