@@ -1368,14 +1368,9 @@ impl Drop for RunGuard {
 /// as the event-age histogram takes it (record timestamp, or the
 /// event-time header); the time it was fetched when it has none.
 pub(crate) fn event_time_ms(header: Option<&str>, record: &Record) -> i64 {
-    let ms = match header {
-        None => record.timestamp().millis(),
-        Some(name) => record
-            .header(name)
-            .flatten()
-            .and_then(crate::instruments::parse_event_time_header),
-    };
-    ms.unwrap_or_else(|| wall_ms(SystemTime::now()))
+    crate::instruments::EventTime::of(header, record)
+        .millis()
+        .unwrap_or_else(|| wall_ms(SystemTime::now()))
 }
 
 fn wall_ms(t: SystemTime) -> i64 {

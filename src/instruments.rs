@@ -51,6 +51,33 @@ pub(crate) enum EventTime {
     Missing,
 }
 
+impl EventTime {
+    /// The event time of `record`: its Kafka timestamp, or the value of the
+    /// event-time header named by `header` when one is configured.
+    pub(crate) fn of(header: Option<&str>, record: &crate::record::Record) -> Self {
+        match header {
+            None => EventTime::Record(record.timestamp()),
+            Some(name) => match record
+                .header(name)
+                .flatten()
+                .and_then(parse_event_time_header)
+            {
+                Some(ms) => EventTime::Header(ms),
+                None => EventTime::Missing,
+            },
+        }
+    }
+
+    /// Milliseconds since the Unix epoch, when usable.
+    pub(crate) fn millis(self) -> Option<i64> {
+        match self {
+            EventTime::Record(ts) => ts.millis(),
+            EventTime::Header(ms) if ms >= 0 => Some(ms),
+            _ => None,
+        }
+    }
+}
+
 /// Outcome of recording an age (for tests and counters).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum AgeOutcome {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dead_letter::{DeadLetterWriter, FailureInfo};
 use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
-use crate::instruments::{AttemptError, EventTime, PartitionInstruments, parse_event_time_header};
+use crate::instruments::{AttemptError, EventTime, PartitionInstruments};
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::Record;
 use crate::shared::{Ctrl, Decision, Shared};
@@ -630,17 +630,7 @@ impl<H: Handler> Worker<H> {
     }
 
     fn event_time(&self, record: &Record) -> EventTime {
-        match &self.shared.event_time_header {
-            None => EventTime::Record(record.timestamp()),
-            Some(name) => match record
-                .header(name)
-                .flatten()
-                .and_then(parse_event_time_header)
-            {
-                Some(ms) => EventTime::Header(ms),
-                None => EventTime::Missing,
-            },
-        }
+        EventTime::of(self.shared.event_time_header.as_deref(), record)
     }
 }
 
