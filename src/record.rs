@@ -77,9 +77,11 @@ pub struct Record {
     topic: Arc<str>,
     partition: i32,
     offset: i64,
-    key: Option<Vec<u8>>,
-    payload: Option<Vec<u8>>,
-    headers: Vec<Header>,
+    // Shared, so that a retry hands the handler another copy of the record
+    // without copying the bytes again (a clone is three reference counts).
+    key: Option<Arc<[u8]>>,
+    payload: Option<Arc<[u8]>>,
+    headers: Arc<[Header]>,
     timestamp: RecordTimestamp,
 }
 
@@ -93,20 +95,20 @@ impl Record {
             offset,
             key: None,
             payload: None,
-            headers: Vec::new(),
+            headers: Arc::from([]),
             timestamp: RecordTimestamp::NotAvailable,
         }
     }
 
     /// Sets the key (builder style, for tests).
     pub fn with_key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        self.key = Some(key.into());
+        self.key = Some(Arc::from(key.into()));
         self
     }
 
     /// Sets the payload (builder style, for tests).
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
-        self.payload = Some(payload.into());
+        self.payload = Some(Arc::from(payload.into()));
         self
     }
 
@@ -118,15 +120,17 @@ impl Record {
 
     /// Adds a header (builder style, for tests).
     pub fn with_header(mut self, name: impl Into<String>, value: Option<Vec<u8>>) -> Self {
-        self.headers.push(Header {
+        let mut headers = self.headers.to_vec();
+        headers.push(Header {
             name: name.into(),
             value,
         });
+        self.headers = Arc::from(headers);
         self
     }
 
     pub(crate) fn from_message(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> Self {
-        let headers = match m.headers() {
+        let headers: Arc<[Header]> = match m.headers() {
             Some(h) => h
                 .iter()
                 .map(|h| Header {
@@ -134,14 +138,14 @@ impl Record {
                     value: h.value.map(<[u8]>::to_vec),
                 })
                 .collect(),
-            None => Vec::new(),
+            None => Arc::from([]),
         };
         Record {
             topic: Arc::clone(topic),
             partition: m.partition(),
             offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            payload: m.payload().map(<[u8]>::to_vec),
+            key: m.key().map(Arc::from),
+            payload: m.payload().map(Arc::from),
             headers,
             timestamp: RecordTimestamp::from_rdkafka(m.timestamp()),
         }
@@ -172,9 +176,11 @@ impl Record {
         self.payload.as_deref()
     }
 
-    /// Takes the payload out of the record without copying.
+    /// Takes the payload out of the record. The bytes are copied once into
+    /// the returned `Vec` (the record's own copy is shared with the library,
+    /// which keeps it for a retry).
     pub fn take_payload(&mut self) -> Option<Vec<u8>> {
-        self.payload.take()
+        self.payload.take().map(|p| p.to_vec())
     }
 
     /// The record headers in the order the producer wrote them.
