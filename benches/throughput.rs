@@ -92,17 +92,18 @@ struct Setup {
 }
 
 impl Setup {
-    async fn run(&self, v: Variant) -> Duration {
+    /// Wall time and process CPU time from the first record to the last.
+    async fn run(&self, v: Variant) -> (Duration, Duration) {
         let took = match v {
             Variant::Raw => self.raw().await,
             Variant::FreshMetricsOn => self.fresh(true).await,
             Variant::FreshMetricsOff => self.fresh(false).await,
         };
-        assert!(!took.is_zero(), "{v:?}: no time measured");
+        assert!(!took.0.is_zero(), "{v:?}: no time measured");
         took
     }
 
-    async fn raw(&self) -> Duration {
+    async fn raw(&self) -> (Duration, Duration) {
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", &self.bootstrap)
             .set("group.id", unique("raw"))
@@ -128,13 +129,13 @@ impl Setup {
             }
         };
         let mut n = 0u64;
-        let mut first: Option<Instant> = None;
+        let mut first: Option<(Instant, Duration)> = None;
         let mut last_commit = Instant::now();
         let consume = async {
             while n < self.total {
                 let m = consumer.recv().await.expect("recv");
                 let now = Instant::now();
-                first.get_or_insert(now);
+                first.get_or_insert_with(|| (now, support::process_cpu()));
                 next[m.partition() as usize] = m.offset() + 1;
                 n += 1;
                 drop(m);
@@ -147,7 +148,8 @@ impl Setup {
         tokio::time::timeout(DEADLINE, consume)
             .await
             .expect("raw consumer: deadline");
-        let took = first.expect("a record").elapsed();
+        let (first, cpu) = first.expect("a record");
+        let took = (first.elapsed(), support::process_cpu().saturating_sub(cpu));
         commit(&next);
         // Closing leaves the group and blocks: not on a runtime worker.
         tokio::task::spawn_blocking(move || drop(consumer))
@@ -156,7 +158,7 @@ impl Setup {
         took
     }
 
-    async fn fresh(&self, metrics: bool) -> Duration {
+    async fn fresh(&self, metrics: bool) -> (Duration, Duration) {
         let progress = Arc::new(Progress::new(self.total));
         let handler = {
             let p = Arc::clone(&progress);
@@ -218,8 +220,8 @@ impl Setup {
 struct Progress {
     target: u64,
     n: AtomicU64,
-    first: OnceLock<Instant>,
-    last: OnceLock<Instant>,
+    first: OnceLock<(Instant, Duration)>,
+    last: OnceLock<(Instant, Duration)>,
     done: tokio::sync::Notify,
 }
 
@@ -235,17 +237,22 @@ impl Progress {
     }
 
     fn hit(&self) {
-        self.first.get_or_init(Instant::now);
+        self.first
+            .get_or_init(|| (Instant::now(), support::process_cpu()));
         if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
-            let _ = self.last.set(Instant::now());
+            let _ = self.last.set((Instant::now(), support::process_cpu()));
             self.done.notify_one();
         }
     }
 
-    fn elapsed(&self) -> Duration {
+    /// Wall and CPU time from the first record to the last.
+    fn elapsed(&self) -> (Duration, Duration) {
         let first = self.first.get().expect("a record");
         let last = self.last.get().expect("all records");
-        last.duration_since(*first)
+        (
+            last.0.duration_since(first.0),
+            last.1.saturating_sub(first.1),
+        )
     }
 }
 
@@ -253,13 +260,16 @@ fn env_opt(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-static SAMPLES: Mutex<Vec<(Variant, f64)>> = Mutex::new(Vec::new());
+/// (variant, records/s, CPU cores busy on average: process CPU time over
+/// wall time, the in-process mock broker included).
+static SAMPLES: Mutex<Vec<(Variant, f64, f64)>> = Mutex::new(Vec::new());
 
-fn note(v: Variant, total: u64, took: Duration) {
-    SAMPLES
-        .lock()
-        .unwrap()
-        .push((v, total as f64 / took.as_secs_f64()));
+fn note(v: Variant, total: u64, (took, cpu): (Duration, Duration)) {
+    SAMPLES.lock().unwrap().push((
+        v,
+        total as f64 / took.as_secs_f64(),
+        cpu.as_secs_f64() / took.as_secs_f64(),
+    ));
 }
 
 fn main() {
@@ -300,7 +310,7 @@ fn main() {
                         .map(|_| {
                             let took = rt.block_on(setup.run(v));
                             note(v, total, took);
-                            took
+                            took.0
                         })
                         .sum()
                 })
@@ -320,7 +330,7 @@ fn main() {
             for (i, v) in Variant::ALL.into_iter().enumerate() {
                 let took = rt.block_on(setup.run(v));
                 note(v, total, took);
-                rate[i] = total as f64 / took.as_secs_f64();
+                rate[i] = total as f64 / took.0.as_secs_f64();
             }
             ratios_on.push(rate[1] / rate[0]);
             ratios_off.push(rate[2] / rate[0]);
@@ -346,28 +356,45 @@ fn summarize(title: &str, total: u64) {
     let rates = |v: Variant| -> Vec<f64> {
         samples
             .iter()
-            .filter(|(w, _)| *w == v)
-            .map(|&(_, r)| r)
+            .filter(|(w, _, _)| *w == v)
+            .map(|&(_, r, _)| r)
+            .collect()
+    };
+    let cores = |v: Variant| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(w, _, _)| *w == v)
+            .map(|&(_, _, c)| c)
             .collect()
     };
     let raw = median(&rates(Variant::Raw));
     println!("\nthroughput summary, {title}: {total} records per run");
     println!(
-        "  {:<18} {:>5} {:>14} {:>14} {:>14} {:>8}",
-        "variant", "runs", "median rec/s", "min rec/s", "max rec/s", "vs raw"
+        "  {:<18} {:>5} {:>14} {:>14} {:>14} {:>8} {:>7} {:>10}",
+        "variant",
+        "runs",
+        "median rec/s",
+        "min rec/s",
+        "max rec/s",
+        "vs raw",
+        "cores",
+        "CPU us/rec"
     );
     for v in Variant::ALL {
         let r = rates(v);
         let (lo, hi) = min_max(&r);
         let m = median(&r);
+        let c = median(&cores(v));
         println!(
-            "  {:<18} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>8.2}",
+            "  {:<18} {:>5} {:>14.0} {:>14.0} {:>14.0} {:>8.2} {:>7.2} {:>10.2}",
             v.name(),
             r.len(),
             m,
             lo,
             hi,
-            if raw > 0.0 { m / raw } else { f64::NAN }
+            if raw > 0.0 { m / raw } else { f64::NAN },
+            c,
+            c / m * 1e6
         );
     }
 }

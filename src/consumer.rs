@@ -1,13 +1,13 @@
 //! The engine: poll -> dispatch per partition -> handler -> completion
 //! tracking -> commit, and the bounded shutdown.
 
-use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::{FutureExt, StreamExt};
 use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::MeterProvider;
 use rdkafka::TopicPartitionList;
@@ -188,8 +188,10 @@ impl<H: Handler> FreshConsumer<H> {
             shared: Arc::clone(&shared),
             ctrl_rx,
             tick: IDLE_POLL_TICK.min(warn_after / 4),
-            slots: HashMap::new(),
+            slots: Vec::new(),
             slots_epoch: u64::MAX,
+            staged: Vec::new(),
+            received: 0,
         };
         let shutdown_timeout = settings.shutdown_timeout;
         let provider = settings.meter_provider.clone();
@@ -246,13 +248,41 @@ enum Stop {
 /// The poll loop's view of one assigned partition.
 struct Slot {
     state: Arc<PartitionState>,
+    /// Records taken from librdkafka in the current drain, with their event
+    /// time (ms), not yet handed to the worker.
+    staged: Vec<(Record, i64)>,
     /// Records fetched while the worker's buffer was full (the partition is
-    /// paused meanwhile); handed over in order before anything newer.
+    /// paused meanwhile, or about to be); handed over in order before
+    /// anything newer.
     overflow: VecDeque<Record>,
     paused: bool,
     /// Until when a full buffer pauses the partition without waiting.
     slow_until: Option<Instant>,
 }
+
+/// The assigned partitions by topic, then partition number. A handful of
+/// topics at most: a scan comparing names beats hashing each record's topic.
+type Slots = Vec<(Arc<str>, Vec<Option<Slot>>)>;
+
+/// The slot of `topic`/`partition`, if assigned.
+fn slot_mut<'a>(slots: &'a mut Slots, topic: &str, partition: i32) -> Option<&'a mut Slot> {
+    slots
+        .iter_mut()
+        .find(|(t, _)| &**t == topic)
+        .and_then(|(_, v)| v.get_mut(usize::try_from(partition).ok()?))
+        .and_then(Option::as_mut)
+}
+
+/// The poll loop's slot of `state`, if it is still assigned.
+fn slot_of<'a>(slots: &'a mut Slots, state: &Arc<PartitionState>) -> Option<&'a mut Slot> {
+    slot_mut(slots, &state.topic, state.partition).filter(|s| Arc::ptr_eq(&s.state, state))
+}
+
+/// At most this many records are taken from librdkafka's queue per wake of
+/// the poll loop before they are handed to the workers. Handing records over
+/// in batches wakes each worker once per batch instead of once per record,
+/// and takes each partition's tracker lock once per batch.
+const MAX_DRAIN: usize = 256;
 
 struct Engine<H: Handler> {
     consumer: Arc<Kafka<H>>,
@@ -260,8 +290,13 @@ struct Engine<H: Handler> {
     ctrl_rx: mpsc::UnboundedReceiver<Ctrl>,
     tick: Duration,
     /// Topic -> partition -> slot, refreshed when the assignment changes.
-    slots: HashMap<Arc<str>, Vec<Option<Slot>>>,
+    slots: Slots,
     slots_epoch: u64,
+    /// Partitions with staged records, in the order they were first staged.
+    staged: Vec<Arc<PartitionState>>,
+    /// Records received in the current drain (added to the shared counter
+    /// once per drain).
+    received: u64,
 }
 
 impl<H: Handler> Engine<H> {
@@ -271,6 +306,9 @@ impl<H: Handler> Engine<H> {
         let consumer = Arc::clone(&self.consumer);
         let shared = Arc::clone(&self.shared);
         let tick = self.tick;
+        // One stream for the whole loop: `recv()` would register and remove
+        // a waker slot (a lock) per record.
+        let mut stream = consumer.stream();
         loop {
             let event = tokio::select! {
                 biased;
@@ -278,67 +316,180 @@ impl<H: Handler> Engine<H> {
                 Some(ctrl) = self.ctrl_rx.recv() => Err(ctrl),
                 r = async {
                     shared.poll_clock.polled(&shared.instruments);
-                    tokio::time::timeout(tick, consumer.recv()).await
+                    tokio::time::timeout(tick, stream.next()).await
                 } => Ok(r),
             };
-            match event {
-                Err(Ctrl::Drained(state)) => self.refill(&state),
-                Ok(Err(_idle)) => {}
-                Ok(Ok(Ok(message))) => {
-                    // Rebalance callbacks run inside `recv`: refresh first.
-                    self.refresh_slots();
-                    if let Some((state, record)) = dispatch(&mut self.slots, &shared, message) {
-                        self.wait_for_room(state, record).await;
+            let first = match event {
+                Err(Ctrl::Drained(state)) => {
+                    self.refill(&state);
+                    continue;
+                }
+                // Idle tick (or the stream's end, which rdkafka never reports).
+                Ok(Err(_)) | Ok(Ok(None)) => continue,
+                Ok(Ok(Some(r))) => r,
+            };
+            // Take what librdkafka has ready (up to MAX_DRAIN records)
+            // without waiting, then hand it over.
+            let mut next = Some(first);
+            let mut error = None;
+            let mut taken = 0;
+            while let Some(r) = next.take() {
+                match r {
+                    Ok(message) => {
+                        // Rebalance callbacks run inside the poll: refresh first.
+                        self.refresh_slots();
+                        self.stage(message);
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        break;
                     }
                 }
-                Ok(Ok(Err(e))) => {
-                    if let Some(fatal) = self.on_error(e) {
-                        return Stop::Fatal(fatal);
-                    }
+                taken += 1;
+                if taken == MAX_DRAIN {
+                    break;
                 }
+                next = stream.next().now_or_never().flatten();
+            }
+            self.hand_over().await;
+            if let Some(e) = error
+                && let Some(fatal) = self.on_error(e)
+            {
+                return Stop::Fatal(fatal);
             }
         }
     }
 
-    /// A partition's buffer is full: wait up to [`FULL_BUFFER_WAIT`] for its
-    /// worker to take a record (a fast handler keeps up and the partition
-    /// keeps flowing), and only then pause the partition. Pausing is not
-    /// free: librdkafka drops the partition's prefetched records and fetches
-    /// them again after the resume.
-    async fn wait_for_room(&mut self, state: Arc<PartitionState>, record: Record) {
-        let slow = slot_of(&mut self.slots, &state)
-            .and_then(|s| s.slow_until)
-            .is_some_and(|until| Instant::now() < until);
-        let wait = if slow {
-            Duration::ZERO
-        } else {
-            FULL_BUFFER_WAIT
+    /// Takes one fetched record into its partition's staging batch.
+    fn stage(&mut self, message: BorrowedMessage<'_>) {
+        self.received += 1;
+        let Some(slot) = slot_mut(&mut self.slots, message.topic(), message.partition()) else {
+            // Fetched before a revoke: not ours any more, never committed by us.
+            self.shared
+                .counters
+                .unassigned
+                .fetch_add(1, Ordering::Relaxed);
+            return;
         };
-        match tokio::time::timeout(wait, state.tx.reserve()).await {
-            Ok(Ok(permit)) => permit.send(record),
-            Ok(Err(_closed)) => {
+        let record = Record::from_message(&slot.state.topic, &message);
+        drop(message);
+        // The event time is kept with the offset for the head-of-line age.
+        let event_ms =
+            crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
+        if slot.staged.is_empty() {
+            self.staged.push(Arc::clone(&slot.state));
+        }
+        slot.staged.push((record, event_ms));
+    }
+
+    /// Hands the staged records to their workers: per partition, one tracker
+    /// lock and one burst of sends. A partition whose buffer filled keeps the
+    /// rest in its overflow and gets a short wait for room (then a pause).
+    async fn hand_over(&mut self) {
+        let received = std::mem::take(&mut self.received);
+        self.shared
+            .counters
+            .received
+            .fetch_add(received, Ordering::Relaxed);
+        let mut full = Vec::new();
+        for state in std::mem::take(&mut self.staged) {
+            let Some(slot) = slot_of(&mut self.slots, &state) else {
+                continue;
+            };
+            let mut batch = std::mem::take(&mut slot.staged);
+            state.metrics.consumed(batch.len() as u64);
+            {
+                // A record at or below the last delivered offset was fetched
+                // again after the library restarted the partition (an offset
+                // reset): its worker has it already.
+                let mut tracker = state.tracker.lock().unwrap_or_else(|e| e.into_inner());
+                batch.retain(|(r, event_ms)| tracker.delivered_at(r.offset(), *event_ms));
+            }
+            let mut closed = 0u64;
+            for (record, _) in batch.drain(..) {
+                if !slot.overflow.is_empty() {
+                    slot.overflow.push_back(record);
+                    continue;
+                }
+                match state.tx.try_send(record) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(record)) => slot.overflow.push_back(record),
+                    Err(TrySendError::Closed(_)) => closed += 1,
+                }
+            }
+            // Keep the staging buffer's allocation for the next drain.
+            slot.staged = batch;
+            if closed > 0 {
                 self.shared
                     .counters
                     .unassigned
-                    .fetch_add(1, Ordering::Relaxed);
+                    .fetch_add(closed, Ordering::Relaxed);
             }
-            Err(_elapsed) => {
-                let Some(slot) = slot_of(&mut self.slots, &state) else {
-                    return;
-                };
-                if !slow {
-                    slot.slow_until = Some(Instant::now() + SLOW_PARTITION_HOLD);
-                }
-                slot.overflow.push_back(record);
-                if !slot.paused {
-                    match self.consumer.pause(&single(&state)) {
-                        Ok(()) => slot.paused = true,
-                        Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
-                    }
-                }
-                request_resume(&self.shared, &state);
+            if !slot.overflow.is_empty() && !slot.paused {
+                full.push(state);
             }
         }
+        for state in full {
+            self.wait_for_room(&state).await;
+        }
+    }
+
+    /// A partition's buffer is full and records wait in its overflow: hand
+    /// them over as room appears, for up to [`FULL_BUFFER_WAIT`] (a worker
+    /// that keeps up frees room in microseconds), and only then pause the
+    /// partition. Pausing is not free: librdkafka drops the partition's
+    /// prefetched records and fetches them again after the resume.
+    async fn wait_for_room(&mut self, state: &Arc<PartitionState>) {
+        let Some(slot) = slot_of(&mut self.slots, state) else {
+            return;
+        };
+        let slow = slot.slow_until.is_some_and(|until| Instant::now() < until);
+        let deadline = tokio::time::Instant::now()
+            + if slow {
+                Duration::ZERO
+            } else {
+                FULL_BUFFER_WAIT
+            };
+        loop {
+            if slot.overflow.is_empty() {
+                return;
+            }
+            // Wait for room for a good share of the overflow at once, not
+            // for one slot at a time.
+            let want = slot
+                .overflow
+                .len()
+                .min(state.tx.max_capacity().div_ceil(4))
+                .max(1);
+            match tokio::time::timeout_at(deadline, state.tx.reserve_many(want)).await {
+                Ok(Ok(permits)) => {
+                    for permit in permits {
+                        match slot.overflow.pop_front() {
+                            Some(record) => permit.send(record),
+                            None => break,
+                        }
+                    }
+                }
+                Ok(Err(_closed)) => {
+                    let n = slot.overflow.len() as u64;
+                    slot.overflow.clear();
+                    self.shared
+                        .counters
+                        .unassigned
+                        .fetch_add(n, Ordering::Relaxed);
+                    return;
+                }
+                Err(_elapsed) => break,
+            }
+        }
+        if !slow {
+            slot.slow_until = Some(Instant::now() + SLOW_PARTITION_HOLD);
+        }
+        match self.consumer.pause(&single(state)) {
+            Ok(()) => slot.paused = true,
+            Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
+        }
+        request_resume(&self.shared, state);
     }
 
     fn on_error(&mut self, e: KafkaError) -> Option<KafkaError> {
@@ -380,21 +531,43 @@ impl<H: Handler> Engine<H> {
         for ((topic, partition), state) in self.shared.partitions().iter() {
             let p = *partition as usize;
             let kept = old
-                .get_mut(topic)
-                .and_then(|v| v.get_mut(p))
-                .and_then(Option::take)
-                .filter(|s| Arc::ptr_eq(&s.state, state));
+                .iter_mut()
+                .find(|(t, _)| t == topic)
+                .and_then(|(_, v)| v.get_mut(p))
+                .filter(|s| s.as_ref().is_some_and(|s| Arc::ptr_eq(&s.state, state)))
+                .and_then(Option::take);
             let slot = kept.unwrap_or_else(|| Slot {
                 slow_until: None,
                 state: Arc::clone(state),
+                staged: Vec::new(),
                 overflow: VecDeque::new(),
                 paused: false,
             });
-            let v = self.slots.entry(Arc::clone(topic)).or_default();
+            let i = match self.slots.iter().position(|(t, _)| t == topic) {
+                Some(i) => i,
+                None => {
+                    self.slots.push((Arc::clone(topic), Vec::new()));
+                    self.slots.len() - 1
+                }
+            };
+            let v = &mut self.slots[i].1;
             if v.len() <= p {
                 v.resize_with(p + 1, || None);
             }
             v[p] = Some(slot);
+        }
+        // Records staged for a partition that is no longer ours were never
+        // delivered: they are not tracked, so never committed by us.
+        let dropped: usize = old
+            .iter()
+            .flat_map(|(_, v)| v.iter().flatten())
+            .map(|s| s.staged.len())
+            .sum();
+        if dropped > 0 {
+            self.shared
+                .counters
+                .unassigned
+                .fetch_add(dropped as u64, Ordering::Relaxed);
         }
     }
 
@@ -402,13 +575,7 @@ impl<H: Handler> Engine<H> {
     /// and resume fetching once it is empty.
     fn refill(&mut self, state: &Arc<PartitionState>) {
         self.refresh_slots();
-        let Some(slot) = self
-            .slots
-            .get_mut(&state.topic)
-            .and_then(|v| v.get_mut(state.partition as usize))
-            .and_then(Option::as_mut)
-            .filter(|s| Arc::ptr_eq(&s.state, state))
-        else {
+        let Some(slot) = slot_of(&mut self.slots, state) else {
             return;
         };
         while let Some(r) = slot.overflow.pop_front() {
@@ -569,66 +736,5 @@ fn request_resume(shared: &Shared, state: &Arc<PartitionState>) {
         && state.wants_resume.swap(false, Ordering::SeqCst)
     {
         let _ = shared.ctrl_tx.send(Ctrl::Drained(Arc::clone(state)));
-    }
-}
-
-/// Hands one fetched record to its partition's worker, pausing the partition
-/// when the worker's buffer is full.
-/// The poll loop's slot of `state`, if it is still assigned.
-fn slot_of<'a>(
-    slots: &'a mut HashMap<Arc<str>, Vec<Option<Slot>>>,
-    state: &Arc<PartitionState>,
-) -> Option<&'a mut Slot> {
-    slots
-        .get_mut(&state.topic)
-        .and_then(|v| v.get_mut(state.partition as usize))
-        .and_then(Option::as_mut)
-        .filter(|s| Arc::ptr_eq(&s.state, state))
-}
-
-/// Returns the record when the worker's buffer is full, for
-/// [`Engine::wait_for_room`].
-fn dispatch(
-    slots: &mut HashMap<Arc<str>, Vec<Option<Slot>>>,
-    shared: &Shared,
-    message: BorrowedMessage<'_>,
-) -> Option<(Arc<PartitionState>, Record)> {
-    shared.counters.received.fetch_add(1, Ordering::Relaxed);
-    let slot = slots
-        .get_mut(message.topic())
-        .and_then(|v| v.get_mut(message.partition() as usize))
-        .and_then(Option::as_mut);
-    let Some(slot) = slot else {
-        // Fetched before a revoke: not ours any more, never committed by us.
-        shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
-        return None;
-    };
-    let state = &slot.state;
-    state.metrics.consumed();
-    let record = Record::from_message(&state.topic, &message);
-    // The event time is kept with the offset for the head-of-line age. A
-    // record at or below the last delivered offset was fetched again after
-    // the library restarted the partition (an offset reset): its worker has
-    // it already.
-    let event_ms = crate::health::event_time_ms(shared.event_time_header.as_deref(), &record);
-    let first_delivery = state
-        .tracker
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .delivered_at(record.offset(), event_ms);
-    if !first_delivery {
-        return None;
-    }
-    if !slot.overflow.is_empty() {
-        slot.overflow.push_back(record);
-        return None;
-    }
-    match state.tx.try_send(record) {
-        Ok(()) => None,
-        Err(TrySendError::Full(record)) => Some((Arc::clone(state), record)),
-        Err(TrySendError::Closed(_)) => {
-            shared.counters.unassigned.fetch_add(1, Ordering::Relaxed);
-            None
-        }
     }
 }

@@ -911,9 +911,10 @@ impl PartitionHealth {
         }
     }
 
-    /// A record of the partition succeeded. Called by the worker.
-    pub(crate) fn succeeded(&self) {
-        let ns = self.origin.elapsed().as_nanos() as u64 + 1;
+    /// A record of the partition succeeded at `at` (the worker's clock
+    /// reading when the handler returned). Called by the worker.
+    pub(crate) fn succeeded(&self, at: Instant) {
+        let ns = at.saturating_duration_since(self.origin).as_nanos() as u64 + 1;
         self.last_success.store(ns, Ordering::Relaxed);
     }
 

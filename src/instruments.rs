@@ -1,7 +1,7 @@
 //! The instruments, built once, and the attribute sets, built once per
 //! assigned partition. Nothing here allocates per record.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{
@@ -86,17 +86,14 @@ pub(crate) enum AgeOutcome {
     Missing,
 }
 
-/// Computes the event age in seconds at `now`.
-pub(crate) fn event_age(event_ms: i64, now: SystemTime) -> AgeOutcome {
-    let now_ms = match now.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => d.as_secs_f64() * 1_000.0,
-        Err(_) => return AgeOutcome::Missing,
-    };
-    let age_ms = now_ms - event_ms as f64;
-    if age_ms < 0.0 {
+/// Computes the event age in seconds at `now_ns` (nanoseconds since the Unix
+/// epoch).
+pub(crate) fn event_age(event_ms: i64, now_ns: i64) -> AgeOutcome {
+    let age_ns = now_ns.saturating_sub(event_ms.saturating_mul(1_000_000));
+    if age_ns < 0 {
         AgeOutcome::ClockSkew
     } else {
-        AgeOutcome::Recorded(age_ms / 1_000.0)
+        AgeOutcome::Recorded(age_ns as f64 / 1e9)
     }
 }
 
@@ -475,8 +472,9 @@ impl PartitionInstruments {
         &self.base
     }
 
-    pub(crate) fn consumed(&self) {
-        self.consumed.get().add(1);
+    /// `n` records were taken from librdkafka for this partition.
+    pub(crate) fn consumed(&self, n: u64) {
+        self.consumed.get().add(n);
     }
 
     pub(crate) fn attempt(&self, took: Duration, error: Option<AttemptError>) {
@@ -539,8 +537,25 @@ impl PartitionInstruments {
         self.batch.get().record(took.as_secs_f64());
     }
 
-    /// Records the age of a succeeded record. Returns what was recorded.
-    pub(crate) fn succeeded(&self, event_time: EventTime, now: SystemTime) -> AgeOutcome {
+    /// The success path's instrumentation, after a handler attempt
+    /// succeeded: the attempt's duration (`took`) and the record's event age
+    /// at `ended`, the clock reading taken when the handler returned (the
+    /// wall-clock time is derived from it, see
+    /// [`WallClock`](crate::watchdog::WallClock)).
+    pub(crate) fn handler_succeeded(
+        &self,
+        wall: &crate::watchdog::WallClock,
+        event_time: EventTime,
+        took: Duration,
+        ended: std::time::Instant,
+    ) -> AgeOutcome {
+        self.attempt(took, None);
+        self.succeeded(event_time, wall.unix_nanos(ended))
+    }
+
+    /// Records the age of a succeeded record at `now_ns` (nanoseconds since
+    /// the Unix epoch). Returns what was recorded.
+    pub(crate) fn succeeded(&self, event_time: EventTime, now_ns: i64) -> AgeOutcome {
         let (ms, attrs) = match event_time {
             EventTime::Record(RecordTimestamp::CreateTime(ms)) if ms >= 0 => (ms, &self.age_create),
             EventTime::Record(RecordTimestamp::LogAppendTime(ms)) if ms >= 0 => {
@@ -553,7 +568,7 @@ impl PartitionInstruments {
                 return AgeOutcome::Missing;
             }
         };
-        let outcome = event_age(ms, now);
+        let outcome = event_age(ms, now_ns);
         match outcome {
             AgeOutcome::Recorded(age) => {
                 attrs.get().record(age);
@@ -589,11 +604,10 @@ pub(crate) fn parse_event_time_header(value: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::UNIX_EPOCH;
 
     #[test]
     fn age_is_now_minus_event_time() {
-        let now = UNIX_EPOCH + Duration::from_millis(10_000);
+        let now = 10_000_000_000;
         assert_eq!(event_age(7_500, now), AgeOutcome::Recorded(2.5));
         assert_eq!(event_age(10_000, now), AgeOutcome::Recorded(0.0));
         assert_eq!(event_age(10_001, now), AgeOutcome::ClockSkew);

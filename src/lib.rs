@@ -87,6 +87,11 @@ mod summary;
 mod tracker;
 mod watchdog;
 
+/// Not part of the API (no semver promise): the library's own success-path
+/// instrumentation, for `benches/instrumentation.rs`.
+#[doc(hidden)]
+pub mod __bench;
+
 pub use config::{
     DEFAULT_COMMIT_BATCH_RECORDS, DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_BUFFERED_RECORDS,
     DEFAULT_POLL_WARNING_RATIO, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,

@@ -142,6 +142,17 @@ struct Worker<H> {
     _done: std::sync::mpsc::Sender<()>,
 }
 
+/// How [`Worker::handle_until_done`] left a record.
+enum Done {
+    /// Succeeded, parked or given up: its offset is committable.
+    /// `succeeded_at` is the clock reading at the end of a successful
+    /// attempt (`None` for a parked or given-up record).
+    Completed { succeeded_at: Option<Instant> },
+    /// The worker must stop (revoked, shutting down) with the record
+    /// neither handled nor parked.
+    Stopped,
+}
+
 enum Attempt {
     Succeeded,
     Failed(AttemptError, BoxError),
@@ -243,11 +254,16 @@ impl<H: Handler> Worker<H> {
     /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
     async fn run_in_order(self, mut rx: mpsc::Receiver<Record>) {
         let mut batch_start: Option<Instant> = None;
+        // When the previous record succeeded and the next one is taken
+        // without waiting, the clock read that ended the one starts the
+        // other: one clock read per record on the success path.
+        let mut last_end: Option<Instant> = None;
         loop {
             let record = if let Ok(r) = rx.try_recv() {
                 r
             } else {
                 // The buffer is empty: the batch ends here.
+                last_end = None;
                 if let Some(start) = batch_start.take() {
                     self.state.metrics.batch(start.elapsed());
                 }
@@ -264,9 +280,11 @@ impl<H: Handler> Worker<H> {
                 break;
             }
             self.resume_if_drained(&rx);
-            batch_start.get_or_insert_with(Instant::now);
-            if !self.handle_until_done(record).await {
-                break;
+            let start = last_end.take().unwrap_or_else(Instant::now);
+            batch_start.get_or_insert(start);
+            match self.handle_until_done(record, Some(start)).await {
+                Done::Completed { succeeded_at } => last_end = succeeded_at,
+                Done::Stopped => break,
             }
         }
         if let Some(start) = batch_start.take() {
@@ -389,7 +407,8 @@ impl<H: Handler> Worker<H> {
     /// One record's handler pipeline in key order.
     async fn pipeline(&self, lane: LaneId, record: Record) -> PipelineDone {
         let offset = record.offset();
-        (lane, offset, self.handle_until_done(record).await)
+        let done = self.handle_until_done(record, None).await;
+        (lane, offset, matches!(done, Done::Completed { .. }))
     }
 
     /// Asks the poll loop to refill and resume the partition when it paused
@@ -409,9 +428,10 @@ impl<H: Handler> Worker<H> {
     }
 
     /// Runs the handler on `record` until it succeeds or is parked (dead
-    /// letter) or given up (skip). Returns `false` when the worker must stop
-    /// (revoked or shutting down) with the record neither.
-    async fn handle_until_done(&self, record: Record) -> bool {
+    /// letter) or given up (skip), or the worker must stop (revoked or
+    /// shutting down) with the record neither. `start` is the clock reading
+    /// to start the first attempt at (the caller's, when it has one).
+    async fn handle_until_done(&self, record: Record, mut start: Option<Instant>) -> Done {
         let offset = record.offset();
         let event_time = self.event_time(&record);
         let retry = &self.shared.retry;
@@ -423,7 +443,7 @@ impl<H: Handler> Worker<H> {
         };
         loop {
             attempt += 1;
-            let started = Instant::now();
+            let started = start.take().unwrap_or_else(Instant::now);
             let outcome = {
                 // `handle` is called inside the async block, so a handler that
                 // panics before returning its future (a closure doing its work
@@ -441,22 +461,30 @@ impl<H: Handler> Worker<H> {
                     },
                 }
             };
-            let took = started.elapsed();
+            let ended = Instant::now();
+            let took = ended.saturating_duration_since(started);
             let (kind, error) = match outcome {
                 Attempt::Succeeded => {
-                    self.state.metrics.attempt(took, None);
                     blocked.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
                         // The partition moved on while the handler ran: the
                         // record will be redelivered to its new owner.
+                        self.state.metrics.attempt(took, None);
                         self.shared.counters.late_completion();
-                        return false;
+                        return Done::Stopped;
                     }
-                    self.state.metrics.succeeded(event_time, SystemTime::now());
-                    self.state.health.succeeded();
+                    self.state.metrics.handler_succeeded(
+                        &self.shared.wall_clock,
+                        event_time,
+                        took,
+                        ended,
+                    );
+                    self.state.health.succeeded(ended);
                     self.complete(offset);
                     self.shared.counters.succeeded();
-                    return true;
+                    return Done::Completed {
+                        succeeded_at: Some(ended),
+                    };
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
@@ -468,7 +496,7 @@ impl<H: Handler> Worker<H> {
                 self.shared.counters.record_failed();
             }
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
-                return false;
+                return Done::Stopped;
             }
             let permanent = is_permanent(&error);
             let error_type = if permanent {
@@ -490,7 +518,7 @@ impl<H: Handler> Worker<H> {
                 );
                 self.state.metrics.retry();
                 if !self.sleep(delay).await {
-                    return false;
+                    return Done::Stopped;
                 }
                 continue;
             }
@@ -516,10 +544,14 @@ impl<H: Handler> Worker<H> {
                     blocked.unblock();
                     self.state.metrics.skipped();
                     self.complete(offset);
-                    return true;
+                    return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
-                    return self.park(writer, &record, failure, &mut blocked).await;
+                    return if self.park(writer, &record, failure, &mut blocked).await {
+                        Done::Completed { succeeded_at: None }
+                    } else {
+                        Done::Stopped
+                    };
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -537,7 +569,7 @@ impl<H: Handler> Worker<H> {
                     );
                     self.state.metrics.retry();
                     if !self.sleep(delay).await {
-                        return false;
+                        return Done::Stopped;
                     }
                 }
             }

@@ -78,6 +78,8 @@ pub(crate) struct Shared {
     /// The last offset committed per partition, for the run summary.
     pub(crate) committed: Mutex<BTreeMap<TopicPartition, i64>>,
     pub(crate) poll_clock: PollClock,
+    /// Wall-clock time for event ages, derived from `Instant` reads.
+    pub(crate) wall_clock: crate::watchdog::WallClock,
     /// Partition health: statistics, evaluation, offset resets.
     pub(crate) health: Arc<crate::health::HealthHub>,
 }
@@ -159,6 +161,7 @@ impl Shared {
             counters: Counters::default(),
             committed: Mutex::new(BTreeMap::new()),
             poll_clock: i.poll_clock,
+            wall_clock: crate::watchdog::WallClock::new(),
             health: i.health,
         }
     }

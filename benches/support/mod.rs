@@ -209,6 +209,23 @@ pub fn proc_status_kb(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} not in /proc/self/status"))
 }
 
+/// CPU time used by this process so far, all threads (user + system, from
+/// `/proc/self/stat`, in clock ticks of 10 ms): with the mock broker in the
+/// same process, this includes the broker's threads.
+pub fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Duration::from_millis(10 * f.iter().sum::<u64>())
+}
+
 /// Resets the kernel's peak-RSS mark (`VmHWM`) of this process to the
 /// current RSS (`echo 5 > /proc/self/clear_refs`, Linux 4.0+). Returns
 /// `false` when the kernel refused.
