@@ -97,6 +97,7 @@ impl PartitionState {
             shared: Arc::clone(shared),
             handler: Arc::clone(handler),
             blocked: AtomicUsize::new(0),
+            unflushed: AtomicU64::new(0),
             _done: done_tx,
         };
         shared.runtime.spawn(worker.run(rx));
@@ -138,9 +139,16 @@ struct Worker<H> {
     /// order, one per key lane in key order. `blocked_since` is set while it
     /// is above 0. Only the worker's task touches it.
     blocked: AtomicUsize,
+    /// Successes not yet added to the shared counters (only this worker's
+    /// task touches it).
+    unflushed: AtomicU64,
     /// Dropped when the worker ends, after every handler call it started.
     _done: std::sync::mpsc::Sender<()>,
 }
+
+/// A worker adds its successes to the shared counters at least every this
+/// many records.
+const FLUSH_EVERY: u64 = 64;
 
 /// How [`Worker::handle_until_done`] left a record.
 enum Done {
@@ -249,10 +257,11 @@ impl<H: Handler> Worker<H> {
             // `Key { max_in_flight: 1 }` is partition order.
             _ => self.run_in_order(rx).await,
         }
+        self.flush_counts();
     }
 
     /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
-    async fn run_in_order(self, mut rx: mpsc::Receiver<Record>) {
+    async fn run_in_order(&self, mut rx: mpsc::Receiver<Record>) {
         let mut batch_start: Option<Instant> = None;
         // When the previous record succeeded and the next one is taken
         // without waiting, the clock read that ended the one starts the
@@ -264,6 +273,7 @@ impl<H: Handler> Worker<H> {
             } else {
                 // The buffer is empty: the batch ends here.
                 last_end = None;
+                self.flush_counts();
                 if let Some(start) = batch_start.take() {
                     self.state.metrics.batch(start.elapsed());
                 }
@@ -286,6 +296,9 @@ impl<H: Handler> Worker<H> {
                 Done::Completed { succeeded_at } => last_end = succeeded_at,
                 Done::Stopped => break,
             }
+            if self.unflushed.load(Ordering::Relaxed) >= FLUSH_EVERY {
+                self.flush_counts();
+            }
         }
         if let Some(start) = batch_start.take() {
             self.state.metrics.batch(start.elapsed());
@@ -294,7 +307,7 @@ impl<H: Handler> Worker<H> {
 
     /// [`ProcessingOrder::Key`]: up to `max_in_flight` handler pipelines at
     /// once on this task, one per key lane, each lane in offset order.
-    async fn run_by_key(self, mut rx: mpsc::Receiver<Record>, max_in_flight: usize) {
+    async fn run_by_key(&self, mut rx: mpsc::Receiver<Record>, max_in_flight: usize) {
         let mut k = Keyed {
             lanes: KeyLanes::default(),
             window: OffsetTracker::default(),
@@ -394,6 +407,7 @@ impl<H: Handler> Worker<H> {
         k: &mut Keyed,
         (lane, offset, completed): PipelineDone,
     ) -> Option<(LaneId, Record)> {
+        self.flush_counts();
         if completed {
             k.window.completed(offset);
         } else {
@@ -480,14 +494,23 @@ impl<H: Handler> Worker<H> {
                         ended,
                     );
                     self.state.health.succeeded(ended);
-                    self.complete(offset);
-                    self.shared.counters.succeeded();
+                    self.state
+                        .tracker
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .completed(offset);
+                    // Counted in the shared counters in bulk (`flush_counts`):
+                    // atomics shared by every worker are costly per record.
+                    self.unflushed.fetch_add(1, Ordering::Relaxed);
                     return Done::Completed {
                         succeeded_at: Some(ended),
                     };
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
+            // The storm guard compares failures with successes: count the
+            // successes so far first.
+            self.flush_counts();
             self.state.metrics.attempt(took, Some(kind));
             self.shared.counters.failed_attempt();
             let now = SystemTime::now();
@@ -641,14 +664,28 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// Marks `offset` completed: succeeded, parked or given up.
+    /// Marks `offset` completed: parked or given up (a success is counted
+    /// in bulk, see `flush_counts`).
     fn complete(&self, offset: i64) {
         self.state
             .tracker
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .completed(offset);
-        self.shared.record_completed();
+        self.shared.records_completed(1);
+    }
+
+    /// Adds the successes counted since the last flush to the shared
+    /// counters (the run summary, the storm guard, the commit-by-count
+    /// trigger). Called when the worker's buffer runs empty, every
+    /// [`FLUSH_EVERY`] records, before a failed record is decided on, and
+    /// when the worker ends.
+    fn flush_counts(&self) {
+        let n = self.unflushed.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            self.shared.counters.succeeded(n);
+            self.shared.records_completed(n as usize);
+        }
     }
 
     /// Sleeps unless the partition is stopped first. Returns `false` when

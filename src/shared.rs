@@ -100,8 +100,8 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn succeeded(&self) {
-        self.succeeded.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn succeeded(&self, n: u64) {
+        self.succeeded.fetch_add(n, Ordering::Relaxed);
     }
     pub(crate) fn record_failed(&self) {
         self.records_failed.fetch_add(1, Ordering::Relaxed);
@@ -257,9 +257,11 @@ impl Shared {
     }
 
     /// Counts a completion towards the count-triggered commit.
-    pub(crate) fn record_completed(&self) {
-        let n = self.completed_since_commit.fetch_add(1, Ordering::Relaxed) + 1;
-        if n == self.commit_batch_records {
+    /// `n` more records completed: asks for a commit when the count since
+    /// the last commit reaches `commit_batch_records`.
+    pub(crate) fn records_completed(&self, n: usize) {
+        let before = self.completed_since_commit.fetch_add(n, Ordering::Relaxed);
+        if before < self.commit_batch_records && before + n >= self.commit_batch_records {
             let _ = self.commit_tx.send(CommitCmd::Now);
         }
     }

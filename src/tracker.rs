@@ -66,10 +66,15 @@ impl OffsetTracker {
     /// Marks a delivered record completed (succeeded, or durably parked).
     /// Returns `true` when the committable offset advanced.
     pub(crate) fn completed(&mut self, offset: i64) -> bool {
-        match self.pending.binary_search_by_key(&offset, |p| p.offset) {
-            Ok(i) => self.pending[i].done = true,
-            Err(_) => return false,
-        }
+        // In partition order the completed record is the head: no search.
+        let i = match self.pending.front() {
+            Some(p) if p.offset == offset => 0,
+            _ => match self.pending.binary_search_by_key(&offset, |p| p.offset) {
+                Ok(i) => i,
+                Err(_) => return false,
+            },
+        };
+        self.pending[i].done = true;
         let mut advanced = false;
         while let Some(&Pending {
             offset: o,

@@ -163,3 +163,38 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
     assert_eq!(summary.records_received, 5, "all five were fetched");
     assert!(summary.failed_attempts >= 7);
 }
+
+/// `commit_batch_records`: a count of completed records commits before the
+/// commit interval comes round (here an hour away), while the consumer runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_of_completed_records_commits_before_the_interval() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("commit-count", 1).await;
+    let group = unique("g-commit-count");
+    cluster.produce_many(&topic, 1, 120).await;
+    let seen: Seen = Arc::default();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, recorder(&seen))
+            .commit_interval(Duration::from_secs(3600))
+            .commit_batch_records(50)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    wait_until(Duration::from_secs(20), "120 records handled", || async {
+        seen.lock().unwrap().len() == 120
+    })
+    .await;
+    wait_until(
+        Duration::from_secs(10),
+        "a commit by count while running",
+        || async { cluster.committed(&group, &topic, 1).await[0] >= 50 },
+    )
+    .await;
+    stop.cancel();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.records_succeeded, 120);
+    // The final commit at shutdown covers the rest.
+    assert_eq!(cluster.committed(&group, &topic, 1).await, vec![120]);
+}

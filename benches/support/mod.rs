@@ -155,6 +155,12 @@ pub fn unique(prefix: &str) -> String {
 /// The tokio runtime the benches run on: multi-thread with one worker per
 /// core (2 on this project's machines), as a service would use.
 pub fn runtime() -> tokio::runtime::Runtime {
+    if std::env::var("BENCH_CURRENT_THREAD").is_ok() {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
