@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Prints run.sh's markdown table from its results (benches/peers/README.md).
+
+    table.py out/<stamp>/results.jsonl [out/<stamp>/meta.txt]
+
+One row per client: median records/s over the rounds, min-max, and the
+median (min-max) of the per-round ratio to the raw rdkafka run of the same
+round, plus the median client and broker CPU seconds and commits per run, and
+in how many runs the group ended committed to the end of every partition and
+the histogram held one age per record.
+"""
+
+import json
+import statistics
+import sys
+
+NAMES = {
+    "raw": "rdkafka `StreamConsumer` (raw baseline: no handler, no histogram)",
+    "fresh": "fresh-consumer (no-op handler; the library's own instruments)",
+    "raw-otel": "rdkafka `StreamConsumer` + hand-written wrapper (no-op handler, OTel histogram)",
+    "python": "confluent-kafka-python `poll()` + wrapper (OTel histogram)",
+    "kafkajs": "kafkajs `eachMessage` + wrapper (OTel histogram)",
+    "kafkajs-batch": "kafkajs `eachBatch` + wrapper (OTel histogram)",
+    "python-nohist": "diagnostic: confluent-kafka-python, wrapper without the histogram record",
+    "kafkajs-nohist": "diagnostic: kafkajs `eachMessage`, wrapper without the histogram record",
+}
+
+
+def main() -> int:
+    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    if len(sys.argv) > 2:
+        for line in open(sys.argv[2]).read().strip().splitlines():
+            print(f"- {line}")
+        print()
+    order = []
+    for r in rows:
+        if r["peer"] not in order:
+            order.append(r["peer"])
+    raw_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "raw"}
+    print(
+        "| client | median records/s | min-max | x raw (median of per-round ratios, min-max) "
+        "| client CPU s per run | broker CPU s per run | commits per run | committed to end "
+        "| ages recorded = records |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for peer in order:
+        rs = [r for r in rows if r["peer"] == peer]
+        rates = [r["records_per_s"] for r in rs]
+        ratios = [r["records_per_s"] / raw_by_round[r["round"]] for r in rs if r["round"] in raw_by_round]
+        ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
+        committed = sum(1 for r in rs if r["committed"]["behind"] == 0)
+        if peer == "raw" or peer.endswith("-nohist"):
+            ages = "- (no histogram)"
+        else:
+            ages = f"{sum(1 for r in rs if r.get('ages_recorded') == r['records'])}/{len(rs)} runs"
+        print(
+            f"| {NAMES.get(peer, peer)} | {statistics.median(rates):,.0f} | {min(rates):,.0f}-{max(rates):,.0f} "
+            f"| {ratio} | {statistics.median(r['client_cpu_s'] for r in rs):.1f} "
+            f"| {statistics.median(r['broker_cpu_s'] for r in rs):.1f} "
+            f"| {statistics.median(r['commits'] for r in rs):,.0f} | {committed}/{len(rs)} runs | {ages} |"
+        )
+    print()
+    print(
+        f"{len(rows)} runs, {max(r['round'] for r in rows)} rounds round-robin, "
+        f"{rows[0]['records']:,} records each."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

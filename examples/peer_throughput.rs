@@ -1,0 +1,479 @@
+//! Peer comparison (issue 7): consume N records from an external broker
+//! through `FreshConsumer`, or through a raw rdkafka `StreamConsumer`, and
+//! print the records/s as one JSON line. The kafkajs and
+//! confluent-kafka-python peers in `benches/peers/` run the same workload and
+//! print the same line; `benches/peers/run.sh` runs them all against the
+//! quickstart's embedded broker and tabulates the results.
+//!
+//! ```text
+//! cargo run --release --example peer_throughput -- \
+//!     --bootstrap 127.0.0.1:PORT --topic peers-a,peers-b --group g1 --records 400000
+//! cargo run --release --example peer_throughput -- --raw ...       # raw rdkafka baseline
+//! cargo run --release --example peer_throughput -- --raw-otel ...  # raw rdkafka + hand-written age histogram
+//! ```
+//!
+//! `--topic` takes one topic or a comma-separated list. The group must be new
+//! (or have no committed offsets) for the run to read from the start.
+//!
+//! Modes:
+//! - default: `FreshConsumer` with a no-op async handler, a real
+//!   `SdkMeterProvider` (a `PeriodicReader` every 60 s to an exporter that
+//!   discards, so every measurement aggregates and nothing is exported during
+//!   the run) passed with `meter_provider`, and `commit_interval` 100 ms. The
+//!   library records the event age (now - record timestamp) after the handler
+//!   succeeded, as it always does.
+//! - `--raw`: `StreamConsumer::recv()` in a loop, noting the next offset per
+//!   partition and committing that `TopicPartitionList` with
+//!   `CommitMode::Async` every 100 ms. No handler, no metrics: the client's
+//!   own ceiling.
+//! - `--raw-otel`: the same loop with a hand-written freshness wrapper, the
+//!   way the kafkajs and Python peers do it: a no-op async handler awaited
+//!   inline, then the age in milliseconds recorded into an OpenTelemetry
+//!   histogram with `topic` and `partition` attributes built per record.
+//!
+//! Every mode sets the same librdkafka properties as the benches
+//! (`benches/support/mod.rs`, `CONSUMER_PROPS`): `fetch.queue.backoff.ms=10`,
+//! `fetch.wait.max.ms=10` (the mock broker holds an empty fetch this long),
+//! `session.timeout.ms=6000`, plus `auto.offset.reset=earliest`.
+//!
+//! Time runs from the first record received to the N-th record handled:
+//! group join and shutdown are not timed. Output (stdout, one line):
+//!
+//! ```text
+//! {"client":"fresh-consumer","mode":"fresh","records":400000,"seconds":0.61,"records_per_s":655737,...}
+//! ```
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::error::Error;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fresh_consumer::metrics::EVENT_AGE;
+use fresh_consumer::{FreshConsumer, Record};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::sync::Notify;
+
+/// The librdkafka properties every mode sets (the benches' `CONSUMER_PROPS`).
+const CONSUMER_PROPS: &[(&str, &str)] = &[
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.wait.max.ms", "10"),
+    ("session.timeout.ms", "6000"),
+    ("auto.offset.reset", "earliest"),
+];
+/// The raw loops' commit interval, and the library's `commit_interval`.
+const COMMIT_EVERY: Duration = Duration::from_millis(100);
+/// The hand-written wrapper's histogram (`--raw-otel`).
+const WRAPPER_AGE: &str = "peer.event_age";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Fresh,
+    Raw,
+    RawOtel,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Fresh => "fresh",
+            Mode::Raw => "raw",
+            Mode::RawOtel => "raw-otel",
+        }
+    }
+
+    fn client(self) -> &'static str {
+        match self {
+            Mode::Fresh => "fresh-consumer",
+            Mode::Raw | Mode::RawOtel => "rdkafka",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    bootstrap: String,
+    topics: Vec<String>,
+    group: String,
+    records: u64,
+    mode: Mode,
+    timeout: Duration,
+}
+
+const USAGE: &str = "usage: peer_throughput --bootstrap HOST:PORT --topic T[,T...] --records N \
+                     [--group G] [--raw | --raw-otel] [--timeout-secs S]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut bootstrap = None;
+    let mut topics = None;
+    let mut group = None;
+    let mut records = None;
+    let mut mode = Mode::Fresh;
+    let mut timeout = Duration::from_secs(300);
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--bootstrap" => bootstrap = Some(value()?),
+            "--topic" => {
+                topics = Some(
+                    value()?
+                        .split(',')
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>(),
+                )
+            }
+            "--group" => group = Some(value()?),
+            "--records" => {
+                records = Some(
+                    value()?
+                        .parse::<u64>()
+                        .map_err(|e| format!("--records: {e}"))?,
+                )
+            }
+            "--timeout-secs" => {
+                timeout = Duration::from_secs(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--timeout-secs: {e}"))?,
+                )
+            }
+            "--raw" => mode = Mode::Raw,
+            "--raw-otel" => mode = Mode::RawOtel,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    let topics = topics
+        .filter(|t| !t.is_empty())
+        .ok_or("--topic is required")?;
+    let records = records
+        .filter(|&n| n > 0)
+        .ok_or("--records N (N > 0) is required")?;
+    Ok(Args {
+        bootstrap: bootstrap.ok_or("--bootstrap is required")?,
+        topics,
+        group: group.unwrap_or_else(|| format!("peer-rust-{}-{}", std::process::id(), now_ms())),
+        records,
+        mode,
+        timeout,
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("peer_throughput: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match args.mode {
+        Mode::Fresh => fresh(&args).await,
+        Mode::Raw | Mode::RawOtel => raw(&args).await,
+    };
+    match result {
+        Ok(Measured {
+            took,
+            ages,
+            commits,
+        }) => {
+            let secs = took.as_secs_f64();
+            let ages = ages.map_or_else(|| "null".to_owned(), |n| n.to_string());
+            let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+            println!(
+                "{{\"client\":\"{}\",\"mode\":\"{}\",\"records\":{},\"seconds\":{:.4},\
+                 \"records_per_s\":{:.0},\"ages_recorded\":{},\"commits\":{},\"group\":\"{}\",\"librdkafka\":\"{}\"}}",
+                args.mode.client(),
+                args.mode.name(),
+                args.records,
+                secs,
+                args.records as f64 / secs,
+                ages,
+                commits,
+                args.group,
+                librdkafka,
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("peer_throughput ({}): {e}", args.mode.name());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
+/// What a run measured.
+struct Measured {
+    /// From the first record received to the N-th handled.
+    took: Duration,
+    /// How many event ages the histogram held at the end (`None` without one).
+    ages: Option<u64>,
+    /// Offset commits sent (the library's: successful ones).
+    commits: u64,
+}
+
+/// `FreshConsumer` with a no-op handler and real SDK instruments.
+async fn fresh(args: &Args) -> Result<Measured, Box<dyn Error>> {
+    let progress = Arc::new(Progress::new(args.records));
+    let handler = {
+        let p = Arc::clone(&progress);
+        // As in the benches: count at the call, return a ready future.
+        move |_record: Record| {
+            p.hit();
+            std::future::ready(Ok::<(), Infallible>(()))
+        }
+    };
+    let (provider, ages) = discarding_provider(EVENT_AGE);
+    let mut consumer = FreshConsumer::new(handler)
+        .bootstrap_servers(args.bootstrap.clone())
+        .group_id(args.group.clone())
+        .topics(args.topics.iter().cloned())
+        .commit_interval(COMMIT_EVERY)
+        .shutdown_timeout(Duration::from_secs(10))
+        .meter_provider(&provider);
+    for (k, v) in CONSUMER_PROPS {
+        consumer = consumer.set(*k, *v);
+    }
+    let p = Arc::clone(&progress);
+    let summary = tokio::time::timeout(
+        args.timeout,
+        consumer.run_until(async move { p.done.notified().await }),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "deadline: {} of {} records handled",
+            progress.n.load(Ordering::Relaxed),
+            args.records
+        )
+    })??;
+    if summary.records_succeeded < args.records {
+        return Err(format!(
+            "{} of {} records handled",
+            summary.records_succeeded, args.records
+        )
+        .into());
+    }
+    // The library flushed the provider at shutdown: the exporter saw the
+    // final (cumulative) histogram.
+    let _ = provider.shutdown();
+    let took = progress.elapsed().ok_or("no records timed")?;
+    Ok(Measured {
+        took,
+        ages: Some(ages.load(Ordering::Relaxed)),
+        commits: summary.commits,
+    })
+}
+
+/// A raw `StreamConsumer` loop, with or without a hand-written age histogram.
+async fn raw(args: &Args) -> Result<Measured, Box<dyn Error>> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &args.bootstrap)
+        .set("group.id", &args.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    for (k, v) in CONSUMER_PROPS {
+        cfg.set(*k, *v);
+    }
+    let consumer: StreamConsumer = cfg.create()?;
+    let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+
+    let provider = (args.mode == Mode::RawOtel).then(|| discarding_provider(WRAPPER_AGE));
+    let age = provider.as_ref().map(|(p, _)| {
+        p.meter("peer-wrapper")
+            .f64_histogram(WRAPPER_AGE)
+            .with_unit("ms")
+            .with_description("Event age (now - record timestamp) after the handler succeeded")
+            .build()
+    });
+
+    // The next offset to read, per (topic index, partition).
+    let mut next: HashMap<(usize, i32), i64> = HashMap::new();
+    let commits = Cell::new(0u64);
+    let commit = |next: &HashMap<(usize, i32), i64>| -> Result<(), Box<dyn Error>> {
+        let mut tpl = TopicPartitionList::with_capacity(next.len());
+        for (&(t, p), &o) in next {
+            tpl.add_partition_offset(&args.topics[t], p, Offset::Offset(o))?;
+        }
+        if tpl.count() > 0 {
+            consumer.commit(&tpl, CommitMode::Async)?;
+            commits.set(commits.get() + 1);
+        }
+        Ok(())
+    };
+    let mut n = 0u64;
+    let mut first: Option<Instant> = None;
+    let mut last_commit = Instant::now();
+    let consume = async {
+        while n < args.records {
+            let m = consumer.recv().await?;
+            let now = Instant::now();
+            first.get_or_insert(now);
+            let t = args
+                .topics
+                .iter()
+                .position(|t| t == m.topic())
+                .ok_or("a record of a topic not subscribed")?;
+            if let Some(age) = &age {
+                noop_handler().await;
+                if let Some(ts) = m.timestamp().to_millis() {
+                    let age_ms = now_ms() as f64 - ts as f64;
+                    age.record(
+                        age_ms,
+                        &[
+                            KeyValue::new("topic", m.topic().to_owned()),
+                            KeyValue::new("partition", m.partition().to_string()),
+                        ],
+                    );
+                }
+            }
+            next.insert((t, m.partition()), m.offset() + 1);
+            n += 1;
+            drop(m);
+            if now.duration_since(last_commit) >= COMMIT_EVERY {
+                commit(&next)?;
+                last_commit = now;
+            }
+        }
+        Ok::<(), Box<dyn Error>>(())
+    };
+    tokio::time::timeout(args.timeout, consume)
+        .await
+        .map_err(|_| format!("deadline: {n} of {} records", args.records))??;
+    let took = first.ok_or("no records")?.elapsed();
+    commit(&next)?;
+    // Shutting the provider down exports the final histogram once.
+    let ages = provider.map(|(p, ages)| {
+        let _ = p.shutdown();
+        ages.load(Ordering::Relaxed)
+    });
+    // Closing leaves the group and blocks: not on a runtime worker.
+    tokio::task::spawn_blocking(move || drop(consumer)).await?;
+    Ok(Measured {
+        took,
+        ages,
+        commits: commits.get(),
+    })
+}
+
+/// The handler a wrapper wraps: does nothing, asynchronously.
+async fn noop_handler() {}
+
+/// Counts handler calls; notes the first and the `target`-th.
+struct Progress {
+    target: u64,
+    n: AtomicU64,
+    first: OnceLock<Instant>,
+    last: Mutex<Option<Instant>>,
+    done: Notify,
+}
+
+impl Progress {
+    fn new(target: u64) -> Self {
+        Progress {
+            target,
+            n: AtomicU64::new(0),
+            first: OnceLock::new(),
+            last: Mutex::new(None),
+            done: Notify::new(),
+        }
+    }
+
+    fn hit(&self) {
+        self.first.get_or_init(Instant::now);
+        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            *self.last.lock().unwrap() = Some(Instant::now());
+            self.done.notify_one();
+        }
+    }
+
+    fn elapsed(&self) -> Option<Duration> {
+        let first = *self.first.get()?;
+        let last = (*self.last.lock().unwrap())?;
+        Some(last.duration_since(first))
+    }
+}
+
+/// A real SDK meter provider: a `PeriodicReader` every 60 s (so no export
+/// during a run) to an exporter that discards. The instruments aggregate
+/// every measurement. (The same shape as the benches' `sdk_provider`.)
+/// The counter holds how many values the histogram `age_metric` had
+/// aggregated at the latest export.
+fn discarding_provider(age_metric: &'static str) -> (SdkMeterProvider, Arc<AtomicU64>) {
+    let exporter = DiscardExporter {
+        age_metric,
+        ages: Arc::default(),
+    };
+    let ages = Arc::clone(&exporter.ages);
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(Duration::from_secs(60))
+        .build();
+    (
+        SdkMeterProvider::builder().with_reader(reader).build(),
+        ages,
+    )
+}
+
+/// Discards what it is given, except the number of values in one histogram
+/// (so a run can show that every record's age was recorded).
+#[derive(Debug)]
+struct DiscardExporter {
+    age_metric: &'static str,
+    ages: Arc<AtomicU64>,
+}
+
+impl PushMetricExporter for DiscardExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let count: u64 = metrics
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .filter(|m| m.name() == self.age_metric)
+            .filter_map(|m| match m.data() {
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                    Some(h.data_points().map(|p| p.count()).sum::<u64>())
+                }
+                _ => None,
+            })
+            .sum();
+        // Cumulative temporality: the latest export holds everything.
+        self.ages.store(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
