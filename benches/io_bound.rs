@@ -4,16 +4,8 @@
 //!     cargo bench --bench io_bound
 //!     BENCH_IO_RECORDS_PER_PARTITION=500 BENCH_IO_RAW_RECORDS=1000 cargo bench --bench io_bound
 //!
-//! Latest results (2026-11-30, 2-core KVM machine shared with other test
-//! runs: re-measure on a quiet machine; more in benches/README.md), 12 x 500
-//! records, medians of 11, ideal 12,000/s:
-//!     timer floor, tokio sleep(1 ms)            5,595/s  0.47 x ideal
-//!     FreshConsumer, tokio sleep(1 ms)          5,322/s  0.44 x ideal, 0.95 x floor
-//!     timer floor, precise 1 ms (mean 1.10 ms) 11,178/s  0.93 x ideal
-//!     FreshConsumer, precise 1 ms              10,990/s  0.92 x ideal, 0.98 x floor
-//!     raw rdkafka, handler inline (1 run)         427/s  0.04 x ideal
-//! Target >= 0.9 x ideal: met with a precise 1 ms wait; tokio's 1 ms sleep
-//! lasts about 2.2 ms, so no consumer can meet it with that.
+//! Latest results, with the date, machine and commit: benches/README.md
+//! (from the summary this bench prints at the end).
 //!
 //! What is measured: 12 partitions x 500 records (100 B) produced once; each
 //! iteration consumes them from the start with a fresh group (all metrics

@@ -4,15 +4,8 @@
 //!     cargo bench --bench memory
 //!     BENCH_MEMORY_EXTRA_FACTOR=0 cargo bench --bench memory    # skip the 20x run
 //!
-//! Latest results (2026-11-30, 2-core KVM machine shared with other test
-//! runs: re-measure on a quiet machine; more in benches/README.md), RSS
-//! growth in MB, medians of 11:
-//!     FreshConsumer 1x 8.5, 10x 15.3, 20x 15.6 (1 run)
-//!     raw rdkafka   1x 5.3, 10x 7.7
-//! The library's own 1x -> 10x growth is +4.4 MB (an unbounded buffer would
-//! add 22 MB). From 10x to 20x it is +0.3 MB: flat past the bound (met). The
-//! FreshConsumer 10x run takes 9.5 s against raw's 2.4 s, because every
-//! pause stalls its partition for about 0.8 s (see the README).
+//! Latest results, with the date, machine and commit: benches/README.md
+//! (from the summary this bench prints at the end).
 //!
 //! Layout: this process owns the mock broker and produces two topics once
 //! (12 partitions; 1x = `max_buffered_records` (100) x 12 = 1,200 records,

@@ -5,14 +5,8 @@
 //!     BENCH_PAIRED_ROUNDS=0 cargo bench --bench throughput      # criterion only
 //!     BENCH_PARTITIONS=12 BENCH_RECORDS_PER_PARTITION=35000 cargo bench --bench throughput
 //!
-//! Latest results (2026-11-30, 2-core KVM machine shared with other test
-//! runs, load 2-5: re-measure on a quiet machine; more in benches/README.md),
-//! 420,000 records, paired pass of 5 rounds:
-//!     raw rdkafka, async TPL commit / 100 ms   1,554,000 records/s   1.00
-//!     FreshConsumer, metrics on                  255,000 records/s   0.16
-//!     FreshConsumer, metrics off                 306,000 records/s   0.18
-//! Target >= 0.90 with metrics on: NOT met. Without partition pauses
-//! (BENCH_FRESH_MAX_BUFFERED=100000) metrics on reached 0.41.
+//! Latest results, with the date, machine and commit: benches/README.md
+//! (from the summary this bench prints at the end).
 //!
 //! What is measured: one topic of 12 partitions x 35,000 records (100 B
 //! payload, 8 B key: about 4.2 MB per partition, under the mock's 5 MiB
@@ -39,6 +33,11 @@
 //! records/s and the median per-round ratio to raw: on a shared, noisy
 //! machine the ratios of one round are more trustworthy than absolute
 //! figures taken minutes apart.
+//!
+//! Each summary row also gives `cores` (the process's CPU time over the
+//! timed wall time, from `/proc/self/stat`, so the in-process broker's
+//! threads count too) and `CPU us/rec`: when both variants keep the cores
+//! busy, the throughput ratio is the inverse ratio of CPU per record.
 
 mod support;
 
