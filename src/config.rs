@@ -198,8 +198,13 @@ impl<H> FreshConsumer<H> {
     /// after such a wait failed); if it does not, the
     /// partition is paused (`rd_kafka_pause_partitions`; librdkafka drops
     /// the partition's prefetched records and fetches them again on resume)
-    /// and resumed once the buffer has drained to half. Bounds memory to about this many records per assigned partition
-    /// plus what librdkafka prefetches (`queued.max.messages.kbytes`).
+    /// and resumed once the buffer has drained to half; right after the
+    /// resume the library seeks the partition to its current position, so
+    /// librdkafka fetches it at once instead of after its broker thread's
+    /// next wake-up (up to a second). Bounds memory to about this many
+    /// records per assigned partition, plus up to 256 records taken from
+    /// librdkafka in one go and what librdkafka prefetches
+    /// (`queued.max.messages.kbytes`).
     /// With [`ProcessingOrder::Key`], it also bounds the records a
     /// partition's worker has taken that are outside the contiguous
     /// completed prefix (running, waiting behind a busy key, or completed
