@@ -124,6 +124,7 @@ impl<H: Handler> FreshConsumer<H> {
         let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(SharedInit {
             max_buffered_records: settings.max_buffered_records,
+            split_partition_queues: settings.split_partition_queues,
             commit_batch_records: settings.commit_batch_records,
             processing_order: settings.processing_order,
             retry: settings.retry.clone(),
@@ -144,6 +145,8 @@ impl<H: Handler> FreshConsumer<H> {
             shared: Arc::clone(&shared),
             handler: Arc::new(handler),
             secrets: validated.secrets.clone(),
+            consumer: std::sync::OnceLock::new(),
+            queues: std::sync::Mutex::new(Vec::new()),
         };
         let consumer: Arc<Kafka<H>> = Arc::new(
             validated
@@ -151,6 +154,7 @@ impl<H: Handler> FreshConsumer<H> {
                 .create_with_context(ctx)
                 .map_err(RunError::Client)?,
         );
+        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
         let topics: Vec<&str> = validated.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).map_err(RunError::Client)?;
 
@@ -314,10 +318,13 @@ impl<H: Handler> Engine<H> {
                 biased;
                 () = stop.cancelled() => return Stop::Signal,
                 Some(ctrl) = self.ctrl_rx.recv() => Err(ctrl),
-                r = async {
+                // Every poll of the stream polls librdkafka's main queue
+                // (rebalance events, errors, and the records of partitions
+                // whose queue could not be split): each one ends a gap.
+                r = tokio::time::timeout(tick, std::future::poll_fn(|cx| {
                     shared.poll_clock.polled(&shared.instruments);
-                    tokio::time::timeout(tick, stream.next()).await
-                } => Ok(r),
+                    stream.poll_next_unpin(cx)
+                })) => Ok(r),
             };
             let first = match event {
                 Err(Ctrl::Drained(state)) => {

@@ -1,12 +1,14 @@
 //! librdkafka's callbacks: rebalances, errors, logs and statistics.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::consumer::{
+    BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol, StreamConsumer,
+};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Statistics, TopicPartitionList};
@@ -15,18 +17,28 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use crate::commit::CommitCmd;
 use crate::handler::Handler;
 use crate::health::RebalanceKind;
-use crate::partition::PartitionState;
+use crate::partition::{PartitionState, QueueDepth, SplitQueue};
 use crate::reset::Plan;
 use crate::shared::Shared;
 
 /// The consumer context: owns nothing but handles to the shared state.
-pub(crate) struct Ctx<H> {
+pub(crate) struct Ctx<H: Handler> {
     pub(crate) shared: Arc<Shared>,
     pub(crate) handler: Arc<H>,
+    /// The consumer itself (set once it exists), to split each newly
+    /// assigned partition's queue off the main queue.
+    pub(crate) consumer: OnceLock<Weak<StreamConsumer<Ctx<H>>>>,
+    /// Partition queues split for the assignment being applied, until its
+    /// workers take them. Never kept past `on_assign`: a split queue holds
+    /// the consumer, and the consumer holds this context.
+    pub(crate) queues: Mutex<Vec<SplitFor<H>>>,
     /// Secret property values (and parts of them) that librdkafka's log
     /// lines and errors must not carry into ours; longest first.
     pub(crate) secrets: Vec<String>,
 }
+
+/// A split queue and the partition it belongs to.
+type SplitFor<H> = ((String, i32), SplitQueue<H>);
 
 /// `text` with every occurrence of a secret replaced by `[redacted]`.
 fn redact<'a>(secrets: &[String], text: &'a str) -> std::borrow::Cow<'a, str> {
@@ -118,6 +130,11 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 };
                 if let Some(plan) = &plan {
                     plan.apply(tpl);
+                }
+                if self.shared.split_partition_queues
+                    && !self.shared.closing.load(Ordering::Acquire)
+                {
+                    self.split_queues(tpl);
                 }
                 let assigned = if cooperative {
                     consumer.incremental_assign(tpl)
@@ -283,6 +300,35 @@ impl<H: Handler> Ctx<H> {
         }
     }
 
+    /// Splits each partition of a new assignment off the main queue, before
+    /// librdkafka starts fetching it, so its records go to its own queue
+    /// and its worker reads them there (no hand-over by the poll loop).
+    /// librdkafka keeps the partition's queue un-forwarded across later
+    /// fetch starts (the application-set forward, `RD_KAFKA_Q_F_FWD_APP`),
+    /// so the library's own restarts of the partition keep it too. A
+    /// partition whose queue cannot be split is handed over by the poll
+    /// loop as before.
+    fn split_queues(&self, tpl: &TopicPartitionList) {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut queues = Vec::with_capacity(tpl.count());
+        for e in tpl.elements() {
+            match consumer.split_partition_queue(e.topic(), e.partition()) {
+                Some(q) => {
+                    let depth = QueueDepth::new(consumer.client(), e.topic(), e.partition());
+                    queues.push(((e.topic().to_owned(), e.partition()), (q, depth)));
+                }
+                None => tracing::warn!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    "could not split the partition's queue; the poll loop hands its records over"
+                ),
+            }
+        }
+        *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = queues;
+    }
+
     fn on_assign(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -291,11 +337,18 @@ impl<H: Handler> Ctx<H> {
     ) {
         let shared = &self.shared;
         shared.counters.rebalances.fetch_add(1, Ordering::Relaxed);
+        let mut queues =
+            std::mem::take(&mut *self.queues.lock().unwrap_or_else(|e| e.into_inner()));
         if shared.closing.load(Ordering::Acquire) {
             return;
         }
         for e in tpl.elements() {
-            let state = PartitionState::spawn(shared, &self.handler, e.topic(), e.partition());
+            let queue = queues
+                .iter()
+                .position(|((t, p), _)| t == e.topic() && *p == e.partition())
+                .map(|i| queues.swap_remove(i).1);
+            let (state, worker) =
+                PartitionState::spawn(shared, &self.handler, e.topic(), e.partition(), queue);
             if let Some(entry) = plan.and_then(|p| p.entry(e.topic(), e.partition())) {
                 state
                     .health
@@ -322,6 +375,7 @@ impl<H: Handler> Ctx<H> {
                 }
             }
             shared.insert(state);
+            worker.start();
         }
         // A partition paused before a revoke must not stay paused now.
         if let Err(e) = consumer.resume(tpl) {

@@ -1601,6 +1601,9 @@ fn evaluate_one(
         let tr = lock(&s.tracker);
         (tr.position(), tr.head_entry(), tr.committable())
     };
+    // With a split queue, records fetched but not yet taken by the worker
+    // wait in librdkafka's queue: the position is past them.
+    let position = position.map(|p| p + s.waiting.load(Ordering::Relaxed) as i64);
     let own = s.committed.load(Ordering::Acquire);
     let known = h.known_committed.load(Ordering::Acquire);
     let mut st = lock(&h.stats);

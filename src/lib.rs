@@ -32,17 +32,21 @@
 //! ```
 //!
 //! ## The data path
-//! poll (one task on your runtime) -> dispatch into a bounded buffer per
-//! partition -> one worker task per partition runs the handler in offset order
-//! -> completion tracking -> a committer thread commits the next offset after
-//! the contiguous run of succeeded records.
+//! each assigned partition's own librdkafka queue (split off the main queue at
+//! assignment) -> one worker task per partition reads it and runs the handler
+//! in offset order -> completion tracking -> a committer thread commits the
+//! next offset after the contiguous run of succeeded records. The poll loop
+//! (one task on your runtime) polls the main queue: rebalances, errors, and
+//! the records of a partition whose queue could not be split, which it hands
+//! to the worker through a bounded buffer.
 //!
 //! - **Ordering**: records of one partition are handled one at a time, in
 //!   offset order; partitions run concurrently. Opt-in
 //!   [`ProcessingOrder::Key`] runs different keys of one partition
 //!   concurrently, each key still in offset order.
-//! - **Backpressure**: a partition whose buffer is full is paused and resumed
-//!   when it drains, so memory stays bounded and the poll loop keeps polling.
+//! - **Backpressure**: librdkafka fetches a partition only while its queue
+//!   holds fewer than [`max_buffered_records`](FreshConsumer::max_buffered_records)
+//!   records, so memory stays bounded and the poll loop keeps polling.
 //! - **Failures**: a failing (or panicking) handler is retried in place with
 //!   exponential backoff; nothing after it in its partition is committed.
 //! - **Rebalances**: on revoke, running handlers get

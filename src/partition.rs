@@ -23,6 +23,86 @@ use crate::record::Record;
 use crate::shared::{Ctrl, Decision, Shared};
 use crate::tracker::OffsetTracker;
 
+/// A partition's own librdkafka queue (`split_partition_queue`), split
+/// before the partition is assigned.
+pub(crate) type PartitionQueue<H> =
+    rdkafka::consumer::stream_consumer::StreamPartitionQueue<crate::context::Ctx<H>>;
+
+/// A second handle on a partition's own librdkafka queue, to read how many
+/// records wait in it (rust-rdkafka does not expose the split queue's
+/// handle). Owned by the partition's worker, so it is gone before the
+/// consumer is destroyed (the worker's split queue keeps the consumer
+/// alive until then).
+pub(crate) struct QueueDepth(std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>);
+
+// SAFETY: librdkafka queues are thread-safe; the handle is only read with
+// `rd_kafka_queue_length` and destroyed once, in `drop`.
+unsafe impl Send for QueueDepth {}
+unsafe impl Sync for QueueDepth {}
+
+impl QueueDepth {
+    pub(crate) fn new<C: rdkafka::consumer::ConsumerContext>(
+        client: &rdkafka::client::Client<C>,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Self> {
+        let topic = std::ffi::CString::new(topic).ok()?;
+        // SAFETY: the client handle is live; `rd_kafka_queue_get_partition`
+        // returns a new reference to the partition's queue, or NULL.
+        let q = unsafe {
+            rdkafka::bindings::rd_kafka_queue_get_partition(
+                client.native_ptr(),
+                topic.as_ptr(),
+                partition,
+            )
+        };
+        std::ptr::NonNull::new(q).map(QueueDepth)
+    }
+
+    /// Records (and other events) waiting in the queue.
+    fn len(&self) -> u64 {
+        // SAFETY: a live queue handle (destroyed only in `drop`).
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0.as_ptr()) as u64 }
+    }
+}
+
+impl Drop for QueueDepth {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `rd_kafka_queue_get_partition` and is
+        // destroyed once.
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.0.as_ptr()) }
+    }
+}
+
+/// A partition's worker, created but not running yet.
+pub(crate) struct PendingWorker {
+    runtime: tokio::runtime::Handle,
+    run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+impl PendingWorker {
+    /// Spawns the worker on the runtime.
+    pub(crate) fn start(self) {
+        self.runtime.spawn(self.run);
+    }
+}
+
+/// A partition's split queue with its depth handle, for its worker.
+pub(crate) type SplitQueue<H> = (PartitionQueue<H>, Option<QueueDepth>);
+
+/// Where a worker takes its partition's records from.
+enum Source<'a, H: Handler> {
+    /// Handed over by the poll loop (the partition's queue could not be
+    /// split).
+    Channel(mpsc::Receiver<Record>),
+    /// Read from the partition's own librdkafka queue: no hand-over, and
+    /// librdkafka's per-partition queue is the buffer.
+    Queue(
+        rdkafka::consumer::MessageStream<'a, crate::context::Ctx<H>>,
+        Option<&'a QueueDepth>,
+    ),
+}
+
 /// "No offset known yet" for [`PartitionState::committed`].
 pub(crate) const NO_OFFSET: i64 = -1;
 
@@ -56,18 +136,26 @@ pub(crate) struct PartitionState {
     /// 0 when not blocked.
     pub(crate) blocked_since: AtomicU64,
     pub(crate) metrics: PartitionInstruments,
+    /// Records waiting in the partition's own librdkafka queue (split
+    /// queues only), as the worker last saw it: the partition's position is
+    /// this far beyond the last record the worker took.
+    pub(crate) waiting: AtomicU64,
     /// Partition-health state: statistics, offset anomalies, last success.
     pub(crate) health: crate::health::PartitionHealth,
 }
 
 impl PartitionState {
-    /// Creates the state and spawns the worker on the runtime.
+    /// Creates the state and its worker, which runs once
+    /// [`PendingWorker::start`] is called: after the state is registered in
+    /// [`Shared`], so that the committer sees every record the worker
+    /// completes (a worker reading a split queue starts at once).
     pub(crate) fn spawn<H: Handler>(
         shared: &Arc<Shared>,
         handler: &Arc<H>,
         topic: &str,
         partition: i32,
-    ) -> Arc<Self> {
+        queue: Option<SplitQueue<H>>,
+    ) -> (Arc<Self>, PendingWorker) {
         let (tx, rx) = mpsc::channel(shared.max_buffered_records);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let state = Arc::new(PartitionState {
@@ -81,6 +169,7 @@ impl PartitionState {
             wants_resume: AtomicBool::new(false),
             done: Mutex::new(Some(done_rx)),
             blocked_since: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             metrics: shared.instruments.partition(
                 topic,
                 partition,
@@ -98,10 +187,14 @@ impl PartitionState {
             handler: Arc::clone(handler),
             blocked: AtomicUsize::new(0),
             unflushed: AtomicU64::new(0),
+            unflushed_received: AtomicU64::new(0),
             _done: done_tx,
         };
-        shared.runtime.spawn(worker.run(rx));
-        state
+        let start = PendingWorker {
+            runtime: shared.runtime.clone(),
+            run: Box::pin(worker.run(rx, queue)),
+        };
+        (state, start)
     }
 
     /// Waits, blocking the thread, until the worker has ended or `deadline`
@@ -142,6 +235,9 @@ struct Worker<H> {
     /// Successes not yet added to the shared counters (only this worker's
     /// task touches it).
     unflushed: AtomicU64,
+    /// Records read from the partition's own queue not yet added to the
+    /// shared `received` counter.
+    unflushed_received: AtomicU64,
     /// Dropped when the worker ends, after every handler call it started.
     _done: std::sync::mpsc::Sender<()>,
 }
@@ -249,26 +345,130 @@ impl Keyed {
 type PipelineDone = (LaneId, i64, bool);
 
 impl<H: Handler> Worker<H> {
-    async fn run(self, rx: mpsc::Receiver<Record>) {
-        match self.shared.processing_order {
-            ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
-                self.run_by_key(rx, max_in_flight).await;
+    async fn run(self, rx: mpsc::Receiver<Record>, queue: Option<SplitQueue<H>>) {
+        match queue {
+            Some((queue, depth)) => {
+                // The poll loop never sees this partition's records: the
+                // channel is not needed (a send to it fails as closed).
+                drop(rx);
+                self.run_from(Source::Queue(queue.stream(), depth.as_ref()))
+                    .await;
             }
-            // `Key { max_in_flight: 1 }` is partition order.
-            _ => self.run_in_order(rx).await,
+            None => self.run_from(Source::Channel(rx)).await,
         }
         self.flush_counts();
     }
 
+    async fn run_from(&self, src: Source<'_, H>) {
+        match self.shared.processing_order {
+            ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
+                self.run_by_key(src, max_in_flight).await;
+            }
+            // `Key { max_in_flight: 1 }` is partition order.
+            _ => self.run_in_order(src).await,
+        }
+    }
+
+    /// The next record that is ready now, if any.
+    fn try_next(&self, src: &mut Source<'_, H>) -> Option<Record> {
+        match src {
+            Source::Channel(rx) => {
+                let r = rx.try_recv().ok()?;
+                self.resume_if_drained(rx);
+                Some(r)
+            }
+            Source::Queue(stream, depth) => loop {
+                match stream.next().now_or_never() {
+                    Some(Some(Ok(m))) => {
+                        if let Some(r) = self.accept(m, *depth) {
+                            return Some(r);
+                        }
+                    }
+                    Some(Some(Err(e))) => self.queue_error(e),
+                    _ => return None,
+                }
+            },
+        }
+    }
+
+    /// Waits for the next record. `None` when the source ended.
+    /// Cancel-safe: a record is only taken when it is returned.
+    async fn next(&self, src: &mut Source<'_, H>) -> Option<Record> {
+        match src {
+            Source::Channel(rx) => {
+                let r = rx.recv().await?;
+                self.resume_if_drained(rx);
+                Some(r)
+            }
+            Source::Queue(stream, depth) => loop {
+                match stream.next().await? {
+                    Ok(m) => {
+                        if let Some(r) = self.accept(m, *depth) {
+                            return Some(r);
+                        }
+                    }
+                    Err(e) => self.queue_error(e),
+                }
+            },
+        }
+    }
+
+    /// A record read from the partition's own queue: copied out, counted,
+    /// and tracked with its event time (what the poll loop's `stage` and
+    /// `hand_over` do for a channel source). `None` for a record at or
+    /// below the last delivered offset (fetched again after the library
+    /// restarted the partition).
+    fn accept(
+        &self,
+        m: rdkafka::message::BorrowedMessage<'_>,
+        depth: Option<&QueueDepth>,
+    ) -> Option<Record> {
+        let record = Record::from_message(&self.state.topic, &m);
+        drop(m);
+        if let Some(depth) = depth {
+            self.state.waiting.store(depth.len(), Ordering::Relaxed);
+        }
+        self.unflushed_received.fetch_add(1, Ordering::Relaxed);
+        self.state.metrics.consumed(1);
+        let event_ms =
+            crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
+        self.state
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .delivered_at(record.offset(), event_ms)
+            .then_some(record)
+    }
+
+    /// An error on the partition's own queue (librdkafka puts a partition's
+    /// consume errors there, not on the main queue).
+    fn queue_error(&self, e: rdkafka::error::KafkaError) {
+        use rdkafka::error::RDKafkaErrorCode;
+        match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AutoOffsetReset) => {
+                // As in the poll loop: librdkafka stopped the partition's
+                // fetcher; the health thread decides and restarts it.
+                tracing::debug!(error = %e, "offset out of range; handled by the library");
+                self.shared.health.offset_reset_error();
+            }
+            _ => tracing::warn!(
+                topic = %self.state.topic,
+                partition = self.state.partition,
+                error = %e,
+                "consume error"
+            ),
+        }
+    }
+
     /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
-    async fn run_in_order(&self, mut rx: mpsc::Receiver<Record>) {
+    async fn run_in_order(&self, mut src: Source<'_, H>) {
         let mut batch_start: Option<Instant> = None;
         // When the previous record succeeded and the next one is taken
         // without waiting, the clock read that ended the one starts the
         // other: one clock read per record on the success path.
         let mut last_end: Option<Instant> = None;
         loop {
-            let record = if let Ok(r) = rx.try_recv() {
+            let record = if let Some(r) = self.try_next(&mut src) {
                 r
             } else {
                 // The buffer is empty: the batch ends here.
@@ -280,7 +480,7 @@ impl<H: Handler> Worker<H> {
                 tokio::select! {
                     biased;
                     _ = self.state.stop.cancelled() => break,
-                    r = rx.recv() => match r {
+                    r = self.next(&mut src) => match r {
                         Some(r) => r,
                         None => break,
                     },
@@ -289,7 +489,6 @@ impl<H: Handler> Worker<H> {
             if self.state.stop.is_cancelled() {
                 break;
             }
-            self.resume_if_drained(&rx);
             let start = last_end.take().unwrap_or_else(Instant::now);
             batch_start.get_or_insert(start);
             match self.handle_until_done(record, Some(start)).await {
@@ -307,7 +506,7 @@ impl<H: Handler> Worker<H> {
 
     /// [`ProcessingOrder::Key`]: up to `max_in_flight` handler pipelines at
     /// once on this task, one per key lane, each lane in offset order.
-    async fn run_by_key(&self, mut rx: mpsc::Receiver<Record>, max_in_flight: usize) {
+    async fn run_by_key(&self, mut src: Source<'_, H>, max_in_flight: usize) {
         let mut k = Keyed {
             lanes: KeyLanes::default(),
             window: OffsetTracker::default(),
@@ -322,8 +521,10 @@ impl<H: Handler> Worker<H> {
         loop {
             // Start what can start without waiting.
             while k.has_room(running.len()) {
-                let Ok(r) = rx.try_recv() else { break };
-                if let Some((lane, r)) = self.take(&mut k, &rx, r) {
+                let Some(r) = self.try_next(&mut src) else {
+                    break;
+                };
+                if let Some((lane, r)) = self.take(&mut k, r) {
                     running.push(self.pipeline(lane, r));
                 }
             }
@@ -343,9 +544,9 @@ impl<H: Handler> Worker<H> {
                 tokio::select! {
                     biased;
                     () = &mut cancelled => k.stopping = true,
-                    r = rx.recv() => match r {
+                    r = self.next(&mut src) => match r {
                         Some(r) => {
-                            if let Some((lane, r)) = self.take(&mut k, &rx, r) {
+                            if let Some((lane, r)) = self.take(&mut k, r) {
                                 running.push(self.pipeline(lane, r));
                             }
                         }
@@ -362,8 +563,8 @@ impl<H: Handler> Worker<H> {
                     k.stopping = true;
                     None
                 }
-                r = rx.recv(), if can_take => match r {
-                    Some(r) => self.take(&mut k, &rx, r),
+                r = self.next(&mut src), if can_take => match r {
+                    Some(r) => self.take(&mut k, r),
                     None => {
                         k.stopping = true;
                         None
@@ -383,17 +584,11 @@ impl<H: Handler> Worker<H> {
 
     /// A record taken from the buffer in key order: returns it with its
     /// lane when it may start now; queues it behind its busy lane otherwise.
-    fn take(
-        &self,
-        k: &mut Keyed,
-        rx: &mpsc::Receiver<Record>,
-        record: Record,
-    ) -> Option<(LaneId, Record)> {
+    fn take(&self, k: &mut Keyed, record: Record) -> Option<(LaneId, Record)> {
         if self.state.stop.is_cancelled() {
             k.stopping = true;
             return None;
         }
-        self.resume_if_drained(rx);
         k.batch_start.get_or_insert_with(Instant::now);
         k.window.delivered_at(record.offset(), 0);
         let lane = k.lanes.lane_of(&record);
@@ -681,6 +876,13 @@ impl<H: Handler> Worker<H> {
     /// [`FLUSH_EVERY`] records, before a failed record is decided on, and
     /// when the worker ends.
     fn flush_counts(&self) {
+        let received = self.unflushed_received.swap(0, Ordering::Relaxed);
+        if received > 0 {
+            self.shared
+                .counters
+                .received
+                .fetch_add(received, Ordering::Relaxed);
+        }
         let n = self.unflushed.swap(0, Ordering::Relaxed);
         if n > 0 {
             self.shared.counters.succeeded(n);

@@ -41,6 +41,8 @@ pub(crate) type PartitionKey = (Arc<str>, i32);
 
 pub(crate) struct Shared {
     pub(crate) max_buffered_records: usize,
+    /// Split each partition's queue off the main queue at assignment.
+    pub(crate) split_partition_queues: bool,
     pub(crate) commit_batch_records: usize,
     pub(crate) processing_order: ProcessingOrder,
     pub(crate) retry: RetryPolicy,
@@ -116,6 +118,7 @@ impl Counters {
 
 pub(crate) struct SharedInit {
     pub(crate) max_buffered_records: usize,
+    pub(crate) split_partition_queues: bool,
     pub(crate) commit_batch_records: usize,
     pub(crate) processing_order: ProcessingOrder,
     pub(crate) retry: RetryPolicy,
@@ -137,6 +140,7 @@ impl Shared {
     pub(crate) fn new(i: SharedInit) -> Self {
         Shared {
             max_buffered_records: i.max_buffered_records,
+            split_partition_queues: i.split_partition_queues,
             commit_batch_records: i.commit_batch_records,
             processing_order: i.processing_order,
             retry: i.retry,

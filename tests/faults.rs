@@ -519,10 +519,23 @@ async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
 // 5. Backpressure
 // ---------------------------------------------------------------------------
 
-/// A 10-record buffer, a slow partition and fast ones: pause, overflow and
-/// resume must hand every record over exactly once and in offset order.
+/// A 10-record bound, a slow partition and fast ones, each partition read
+/// from its own queue (the default): every record exactly once and in
+/// offset order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backpressure_keeps_order_and_loses_nothing() {
+    backpressure(true).await;
+}
+
+/// The same through the poll loop's hand-over (`split_partition_queues
+/// (false)`): pause, overflow and resume must hand every record over
+/// exactly once and in offset order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_through_the_hand_over_keeps_order_and_loses_nothing() {
+    backpressure(false).await;
+}
+
+async fn backpressure(split: bool) {
     init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("backpressure", 3).await;
@@ -551,6 +564,7 @@ async fn backpressure_keeps_order_and_loses_nothing() {
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(10)
+            .split_partition_queues(split)
             .run_until(stop.clone().cancelled_owned()),
     );
     let hw = cluster.high_watermarks(&topic, 3).await;
@@ -574,7 +588,9 @@ async fn backpressure_keeps_order_and_loses_nothing() {
     }
 }
 
-/// A paused partition that drained is fetched again at once. A resume alone
+/// Through the poll loop's hand-over (`split_partition_queues(false)`, or a
+/// partition whose queue could not be split), a paused partition that
+/// drained is fetched again at once. A resume alone
 /// does not wake librdkafka's broker thread: when it has nothing else to do
 /// (no other partition to fetch, no heartbeat due) it idles on I/O first.
 /// Here 400 records at ~2 ms each through a 40-record buffer pause and
@@ -611,6 +627,7 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(40)
+            .split_partition_queues(false)
             .set("heartbeat.interval.ms", "2000")
             .set("topic.metadata.refresh.interval.ms", "60000")
             .run_until(stop.clone().cancelled_owned()),
