@@ -431,6 +431,19 @@ impl<H: Handler> Engine<H> {
                     .counters
                     .unassigned
                     .fetch_add(closed, Ordering::Relaxed);
+                if !state.stop.is_cancelled() {
+                    // A worker reading its split queue dropped this channel:
+                    // librdkafka should never deliver that partition's
+                    // records here. They are tracked, never completed, so
+                    // the partition's commit holds below them (a stall the
+                    // partition health shows, never a lost record).
+                    tracing::error!(
+                        topic = %state.topic,
+                        partition = state.partition,
+                        records = closed,
+                        "records of a partition read from its own queue arrived on the main queue; its commits hold below them"
+                    );
+                }
             }
             if !slot.overflow.is_empty() && !slot.paused {
                 full.push(state);

@@ -378,14 +378,9 @@ impl<H: Handler> Worker<H> {
                 Some(r)
             }
             Source::Queue(stream, depth) => loop {
-                match stream.next().now_or_never() {
-                    Some(Some(Ok(m))) => {
-                        if let Some(r) = self.accept(m, *depth) {
-                            return Some(r);
-                        }
-                    }
-                    Some(Some(Err(e))) => self.queue_error(e),
-                    _ => return None,
+                let m = stream.next().now_or_never().flatten()?;
+                if let Some(r) = self.accept(m, *depth) {
+                    return Some(r);
                 }
             },
         }
@@ -401,35 +396,38 @@ impl<H: Handler> Worker<H> {
                 Some(r)
             }
             Source::Queue(stream, depth) => loop {
-                match stream.next().await? {
-                    Ok(m) => {
-                        if let Some(r) = self.accept(m, *depth) {
-                            return Some(r);
-                        }
-                    }
-                    Err(e) => self.queue_error(e),
+                let m = stream.next().await?;
+                if let Some(r) = self.accept(m, *depth) {
+                    return Some(r);
                 }
             },
         }
     }
 
-    /// A record read from the partition's own queue: copied out, counted,
+    /// What the partition's own queue gave: a record is copied out, counted
     /// and tracked with its event time (what the poll loop's `stage` and
-    /// `hand_over` do for a channel source). `None` for a record at or
-    /// below the last delivered offset (fetched again after the library
-    /// restarted the partition).
+    /// `hand_over` do for a channel source); an error goes to
+    /// `queue_error`. `None` for an error, and for a record at or below the
+    /// last delivered offset (fetched again after the library restarted the
+    /// partition).
     fn accept(
         &self,
-        m: rdkafka::message::BorrowedMessage<'_>,
+        m: Result<rdkafka::message::BorrowedMessage<'_>, rdkafka::error::KafkaError>,
         depth: Option<&QueueDepth>,
     ) -> Option<Record> {
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                self.queue_error(e);
+                return None;
+            }
+        };
         let record = Record::from_message(&self.state.topic, &m);
         drop(m);
         if let Some(depth) = depth {
             self.state.waiting.store(depth.len(), Ordering::Relaxed);
         }
         self.unflushed_received.fetch_add(1, Ordering::Relaxed);
-        self.state.metrics.consumed(1);
         let event_ms =
             crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
         self.state
@@ -878,6 +876,7 @@ impl<H: Handler> Worker<H> {
     fn flush_counts(&self) {
         let received = self.unflushed_received.swap(0, Ordering::Relaxed);
         if received > 0 {
+            self.state.metrics.consumed(received);
             self.shared
                 .counters
                 .received
