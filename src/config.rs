@@ -212,7 +212,10 @@ impl<H> FreshConsumer<H> {
     /// that is [`set`](Self::set). A partition then holds about this many
     /// records plus one fetch response (up to `max.partition.fetch.bytes`),
     /// and at most `queued.max.messages.kbytes` (which applies per partition
-    /// with split queues). Nothing is paused and nothing is fetched twice.
+    /// with split queues). The worker takes the records that are ready in
+    /// batches of up to 64 (`rd_kafka_consume_batch_queue`), so up to 64
+    /// more may wait in the worker, already copied out of librdkafka.
+    /// Nothing is paused and nothing is fetched twice.
     ///
     /// If a partition's queue cannot be split, the poll loop hands its
     /// records to the worker through a buffer of this many records
@@ -239,7 +242,7 @@ impl<H> FreshConsumer<H> {
     /// through a buffer of [`max_buffered_records`](Self::max_buffered_records)
     /// records and pauses the partition while that buffer stays full
     /// (`false`: the path a partition whose queue cannot be split takes
-    /// anyway; with a fast handler about 60 % of the throughput of split
+    /// anyway; with a fast handler about half the throughput of split
     /// queues). With `false` the library does not set
     /// `queued.min.messages` or `fetch.queue.backoff.ms`.
     pub fn split_partition_queues(mut self, enabled: bool) -> Self {

@@ -17,7 +17,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use crate::commit::CommitCmd;
 use crate::handler::Handler;
 use crate::health::RebalanceKind;
-use crate::partition::{PartitionState, QueueDepth, SplitQueue};
+use crate::partition::{PartitionState, QueueHandle, SplitQueue};
 use crate::reset::Plan;
 use crate::shared::Shared;
 
@@ -316,7 +316,7 @@ impl<H: Handler> Ctx<H> {
         for e in tpl.elements() {
             match consumer.split_partition_queue(e.topic(), e.partition()) {
                 Some(q) => {
-                    let depth = QueueDepth::new(consumer.client(), e.topic(), e.partition());
+                    let depth = QueueHandle::new(consumer.client(), e.topic(), e.partition());
                     queues.push(((e.topic().to_owned(), e.partition()), (q, depth)));
                 }
                 None => tracing::warn!(

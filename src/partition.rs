@@ -28,19 +28,21 @@ use crate::tracker::OffsetTracker;
 pub(crate) type PartitionQueue<H> =
     rdkafka::consumer::stream_consumer::StreamPartitionQueue<crate::context::Ctx<H>>;
 
-/// A second handle on a partition's own librdkafka queue, to read how many
-/// records wait in it (rust-rdkafka does not expose the split queue's
-/// handle). Owned by the partition's worker, so it is gone before the
-/// consumer is destroyed (the worker's split queue keeps the consumer
-/// alive until then).
-pub(crate) struct QueueDepth(std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>);
+/// A second handle on a partition's own librdkafka queue (rust-rdkafka does
+/// not expose the split queue's handle), for the worker to read records in
+/// batches (`rd_kafka_consume_batch_queue`) and to read how many wait
+/// (`rd_kafka_queue_length`). Owned by the partition's worker, so it is gone
+/// before the consumer is destroyed (the worker's split queue keeps the
+/// consumer alive until then).
+pub(crate) struct QueueHandle(std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>);
 
-// SAFETY: librdkafka queues are thread-safe; the handle is only read with
-// `rd_kafka_queue_length` and destroyed once, in `drop`.
-unsafe impl Send for QueueDepth {}
-unsafe impl Sync for QueueDepth {}
+// SAFETY: librdkafka queues are thread-safe; the handle is used with
+// `rd_kafka_queue_length` and `rd_kafka_consume_batch_queue`, and destroyed
+// once, in `drop`.
+unsafe impl Send for QueueHandle {}
+unsafe impl Sync for QueueHandle {}
 
-impl QueueDepth {
+impl QueueHandle {
     pub(crate) fn new<C: rdkafka::consumer::ConsumerContext>(
         client: &rdkafka::client::Client<C>,
         topic: &str,
@@ -56,7 +58,7 @@ impl QueueDepth {
                 partition,
             )
         };
-        std::ptr::NonNull::new(q).map(QueueDepth)
+        std::ptr::NonNull::new(q).map(QueueHandle)
     }
 
     /// Records (and other events) waiting in the queue.
@@ -64,15 +66,77 @@ impl QueueDepth {
         // SAFETY: a live queue handle (destroyed only in `drop`).
         unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0.as_ptr()) as u64 }
     }
+
+    /// Takes up to `READ_BATCH` messages that are ready, without waiting, and
+    /// gives each to `each` (then destroys it). librdkafka serves them as
+    /// one poll of the queue: it moves the partition's position past them,
+    /// drops outdated ones (from before a seek or restart of the partition)
+    /// and turns errors into messages with `err` set.
+    fn read_batch(&self, mut each: impl FnMut(&rdkafka::bindings::rd_kafka_message_t)) -> usize {
+        /// Messages read and not destroyed yet: `msgs[next..len]`. Dropping
+        /// destroys them, also when `each` panics.
+        struct Batch {
+            msgs: [*mut rdkafka::bindings::rd_kafka_message_t; READ_BATCH],
+            next: usize,
+            len: usize,
+        }
+        impl Drop for Batch {
+            fn drop(&mut self) {
+                for &m in &self.msgs[self.next..self.len] {
+                    // SAFETY: a message from `rd_kafka_consume_batch_queue`,
+                    // destroyed once (`next` moves past it before `each`).
+                    unsafe { rdkafka::bindings::rd_kafka_message_destroy(m) }
+                }
+            }
+        }
+        let mut b = Batch {
+            msgs: [std::ptr::null_mut(); READ_BATCH],
+            next: 0,
+            len: 0,
+        };
+        // SAFETY: a live queue handle; `msgs` has room for `READ_BATCH`
+        // pointers; a timeout of 0 does not block.
+        let n = unsafe {
+            rdkafka::bindings::rd_kafka_consume_batch_queue(
+                self.0.as_ptr(),
+                0,
+                b.msgs.as_mut_ptr(),
+                READ_BATCH,
+            )
+        };
+        b.len = usize::try_from(n).unwrap_or(0).min(READ_BATCH);
+        while b.next < b.len {
+            let m = b.msgs[b.next];
+            b.next += 1;
+            /// Destroys one message once `each` is done with it.
+            struct Destroy(*mut rdkafka::bindings::rd_kafka_message_t);
+            impl Drop for Destroy {
+                fn drop(&mut self) {
+                    // SAFETY: a message from `rd_kafka_consume_batch_queue`,
+                    // no longer in `Batch`'s range, destroyed once.
+                    unsafe { rdkafka::bindings::rd_kafka_message_destroy(self.0) }
+                }
+            }
+            let m = Destroy(m);
+            // SAFETY: a live message until `m` drops.
+            each(unsafe { &*m.0 });
+        }
+        b.len
+    }
 }
 
-impl Drop for QueueDepth {
+impl Drop for QueueHandle {
     fn drop(&mut self) {
         // SAFETY: the handle came from `rd_kafka_queue_get_partition` and is
         // destroyed once.
         unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.0.as_ptr()) }
     }
 }
+
+/// At most this many records are read from a partition's own queue at once
+/// (one lock of the queue and of the partition's offset tracker for all of
+/// them). They wait in the worker, already tracked as delivered.
+const READ_BATCH: usize = 64;
 
 /// A partition's worker, created but not running yet.
 pub(crate) struct PendingWorker {
@@ -88,7 +152,7 @@ impl PendingWorker {
 }
 
 /// A partition's split queue with its depth handle, for its worker.
-pub(crate) type SplitQueue<H> = (PartitionQueue<H>, Option<QueueDepth>);
+pub(crate) type SplitQueue<H> = (PartitionQueue<H>, Option<QueueHandle>);
 
 /// Where a worker takes its partition's records from.
 enum Source<'a, H: Handler> {
@@ -97,10 +161,31 @@ enum Source<'a, H: Handler> {
     Channel(mpsc::Receiver<Record>),
     /// Read from the partition's own librdkafka queue: no hand-over, and
     /// librdkafka's per-partition queue is the buffer.
-    Queue(
-        rdkafka::consumer::MessageStream<'a, crate::context::Ctx<H>>,
-        Option<&'a QueueDepth>,
-    ),
+    Queue(SplitSource<'a, H>),
+}
+
+/// A partition's own queue, as its worker reads it.
+struct SplitSource<'a, H: Handler> {
+    /// Waits for the queue to fill (librdkafka's queue callback wakes the
+    /// task); reads one message at a time when `handle` is `None`.
+    stream: rdkafka::consumer::MessageStream<'a, crate::context::Ctx<H>>,
+    /// Reads ready messages in batches, and the queue's length.
+    handle: Option<&'a QueueHandle>,
+    /// Records read in a batch and not taken yet, in offset order.
+    ready: std::collections::VecDeque<Record>,
+}
+
+impl<H: Handler> SplitSource<'_, H> {
+    /// The next record read in a batch, if any. Refreshes how many records
+    /// wait in the queue: health's position estimate adds them, and a slow
+    /// handler can take a while to get through a batch.
+    fn take_ready(&mut self, state: &PartitionState) -> Option<Record> {
+        let r = self.ready.pop_front()?;
+        if let Some(handle) = self.handle {
+            state.waiting.store(handle.len(), Ordering::Relaxed);
+        }
+        Some(r)
+    }
 }
 
 /// "No offset known yet" for [`PartitionState::committed`].
@@ -351,8 +436,12 @@ impl<H: Handler> Worker<H> {
                 // The poll loop never sees this partition's records: the
                 // channel is not needed (a send to it fails as closed).
                 drop(rx);
-                self.run_from(Source::Queue(queue.stream(), depth.as_ref()))
-                    .await;
+                self.run_from(Source::Queue(SplitSource {
+                    stream: queue.stream(),
+                    handle: depth.as_ref(),
+                    ready: std::collections::VecDeque::with_capacity(READ_BATCH),
+                }))
+                .await;
             }
             None => self.run_from(Source::Channel(rx)).await,
         }
@@ -377,12 +466,23 @@ impl<H: Handler> Worker<H> {
                 self.resume_if_drained(rx);
                 Some(r)
             }
-            Source::Queue(stream, depth) => loop {
-                let m = stream.next().now_or_never().flatten()?;
-                if let Some(r) = self.accept(m, *depth) {
+            Source::Queue(q) => {
+                if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
-            },
+                match q.handle {
+                    Some(handle) => {
+                        self.read_batch(handle, &mut q.ready);
+                        q.ready.pop_front()
+                    }
+                    None => loop {
+                        let m = q.stream.next().now_or_never().flatten()?;
+                        if let Some(r) = self.accept(m, None) {
+                            return Some(r);
+                        }
+                    },
+                }
+            }
         }
     }
 
@@ -395,12 +495,17 @@ impl<H: Handler> Worker<H> {
                 self.resume_if_drained(rx);
                 Some(r)
             }
-            Source::Queue(stream, depth) => loop {
-                let m = stream.next().await?;
-                if let Some(r) = self.accept(m, *depth) {
+            Source::Queue(q) => {
+                if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
-            },
+                loop {
+                    let m = q.stream.next().await?;
+                    if let Some(r) = self.accept(m, q.handle) {
+                        return Some(r);
+                    }
+                }
+            }
         }
     }
 
@@ -413,7 +518,7 @@ impl<H: Handler> Worker<H> {
     fn accept(
         &self,
         m: Result<rdkafka::message::BorrowedMessage<'_>, rdkafka::error::KafkaError>,
-        depth: Option<&QueueDepth>,
+        depth: Option<&QueueHandle>,
     ) -> Option<Record> {
         let m = match m {
             Ok(m) => m,
@@ -436,6 +541,47 @@ impl<H: Handler> Worker<H> {
             .unwrap_or_else(|e| e.into_inner())
             .delivered_at(record.offset(), event_ms)
             .then_some(record)
+    }
+
+    /// Reads the records ready in the partition's own queue, up to
+    /// [`READ_BATCH`], into `ready`: copied out, counted and tracked with
+    /// their event times under one lock (as `accept` does one by one). An
+    /// error goes to `queue_error`; a record at or below the last delivered
+    /// offset is skipped.
+    fn read_batch(&self, handle: &QueueHandle, ready: &mut std::collections::VecDeque<Record>) {
+        let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
+        let n = handle.read_batch(|m| {
+            if m.err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                // SAFETY: a live consumer message without error.
+                let record = unsafe { Record::from_native(&self.state.topic, m) };
+                let event_ms =
+                    crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
+                read.push((record, event_ms));
+            } else {
+                // As rust-rdkafka reports it for a `BorrowedMessage`.
+                self.queue_error(match m.err {
+                    rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
+                        rdkafka::error::KafkaError::PartitionEOF(m.partition)
+                    }
+                    e => rdkafka::error::KafkaError::MessageConsumption(e.into()),
+                });
+            }
+        });
+        if n == 0 {
+            return;
+        }
+        self.state.waiting.store(handle.len(), Ordering::Relaxed);
+        if read.is_empty() {
+            return;
+        }
+        self.unflushed_received
+            .fetch_add(read.len() as u64, Ordering::Relaxed);
+        let mut tracker = self.state.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        for (record, event_ms) in read {
+            if tracker.delivered_at(record.offset(), event_ms) {
+                ready.push_back(record);
+            }
+        }
     }
 
     /// An error on the partition's own queue (librdkafka puts a partition's

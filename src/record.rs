@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::bindings as rdsys;
+use rdkafka::message::BorrowedMessage;
 
 /// A record's timestamp and where it came from (Kafka's `timestampType`).
 ///
@@ -46,14 +47,6 @@ impl RecordTimestamp {
             RecordTimestamp::NotAvailable => "none",
             RecordTimestamp::CreateTime(_) => "create_time",
             RecordTimestamp::LogAppendTime(_) => "log_append_time",
-        }
-    }
-
-    pub(crate) fn from_rdkafka(ts: rdkafka::Timestamp) -> Self {
-        match ts {
-            rdkafka::Timestamp::NotAvailable => RecordTimestamp::NotAvailable,
-            rdkafka::Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
-            rdkafka::Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
         }
     }
 }
@@ -144,25 +137,63 @@ impl Record {
     }
 
     pub(crate) fn from_message(topic: &str, m: &BorrowedMessage<'_>) -> Self {
-        let headers = m.headers().filter(|h| h.count() > 0).map(|h| {
-            h.iter()
-                .map(|h| Header {
-                    name: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect()
-        });
-        let key = m.key();
-        let payload = m.payload();
+        // SAFETY: a live consumer message with no error (a `BorrowedMessage`
+        // is only built for those), valid while `m` is borrowed.
+        unsafe { Self::from_native(topic, m.ptr()) }
+    }
+
+    /// Copies a record out of a librdkafka consumer message: key, payload,
+    /// partition, offset, timestamp (`rd_kafka_message_timestamp`) and
+    /// headers (`rd_kafka_message_headers`). `topic` is the name of the
+    /// message's topic (the caller knows it; not read from the message).
+    ///
+    /// # Safety
+    /// `m` points to a live consumer message whose `err` is
+    /// `RD_KAFKA_RESP_ERR_NO_ERROR`, not destroyed before this returns.
+    pub(crate) unsafe fn from_native(topic: &str, m: *const rdsys::rd_kafka_message_t) -> Self {
+        // SAFETY: (caller) `m` is live; key and payload point to `key_len`
+        // and `len` bytes, or are NULL.
+        let (key, payload, partition, offset) = unsafe {
+            let m = &*m;
+            (
+                native_slice(m.key.cast(), m.key_len),
+                native_slice(m.payload.cast(), m.len),
+                m.partition,
+                m.offset,
+            )
+        };
+        let mut ts_type = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: (caller) `m` is live.
+        let ts = unsafe { rdsys::rd_kafka_message_timestamp(m, &mut ts_type) };
+        let timestamp = match ts_type {
+            _ if ts == -1 => RecordTimestamp::NotAvailable,
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
+                RecordTimestamp::CreateTime(ts)
+            }
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
+                RecordTimestamp::LogAppendTime(ts)
+            }
+            _ => RecordTimestamp::NotAvailable,
+        };
+        let mut hdrs = std::ptr::null_mut();
+        // SAFETY: (caller) `m` is live. On success `hdrs` belongs to the
+        // message and lives as long as it does.
+        let headers = match unsafe { rdsys::rd_kafka_message_headers(m, &mut hdrs) } {
+            rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR if !hdrs.is_null() => {
+                // SAFETY: headers of the live message.
+                unsafe { native_headers(hdrs) }
+            }
+            _ => None,
+        };
         Record {
             bytes: join(topic.as_bytes(), key, payload),
             topic_len: topic.len(),
             key_len: key.map(<[u8]>::len),
             has_payload: payload.is_some(),
-            partition: m.partition(),
-            offset: m.offset(),
+            partition,
+            offset,
             headers,
-            timestamp: RecordTimestamp::from_rdkafka(m.timestamp()),
+            timestamp,
         }
     }
 
@@ -240,6 +271,62 @@ fn join(topic: &[u8], key: Option<&[u8]>, payload: Option<&[u8]>) -> Arc<[u8]> {
     })
 }
 
+/// `len` bytes at `ptr`, or `None` for a NULL pointer.
+///
+/// # Safety
+/// `ptr` is NULL or points to `len` readable bytes that outlive `'a`.
+unsafe fn native_slice<'a>(ptr: *const u8, len: usize) -> Option<&'a [u8]> {
+    if ptr.is_null() {
+        None
+    } else if len == 0 {
+        Some(&[])
+    } else {
+        // SAFETY: (caller) `len` readable bytes.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+}
+
+/// Copies a librdkafka header list (`rd_kafka_header_get_all`), in the
+/// producer's order. `None` for an empty list. A header name that is not
+/// UTF-8 (Kafka's protocol requires UTF-8, but a client can write any bytes)
+/// is kept with U+FFFD in place of the invalid bytes rather than failing
+/// the record.
+///
+/// # Safety
+/// `hdrs` is a live header list.
+unsafe fn native_headers(hdrs: *const rdsys::rd_kafka_headers_t) -> Option<Arc<[Header]>> {
+    // SAFETY: (caller) a live header list.
+    let n = unsafe { rdsys::rd_kafka_header_cnt(hdrs) };
+    if n == 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut name = std::ptr::null();
+        let mut value = std::ptr::null();
+        let mut size = 0;
+        // SAFETY: (caller) a live header list; `i < count`. On success
+        // `name` is a NUL-terminated string and `value` NULL or `size`
+        // bytes, both owned by the list.
+        let err =
+            unsafe { rdsys::rd_kafka_header_get_all(hdrs, i, &mut name, &mut value, &mut size) };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        let (name, value) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(name)
+                    .to_string_lossy()
+                    .into_owned(),
+                native_slice(value.cast(), size).map(<[u8]>::to_vec),
+            )
+        };
+        out.push(Header { name, value });
+    }
+    Some(Arc::from(out))
+}
+
 /// Records up to this size are joined in a reused per-thread buffer and
 /// then copied once into their own allocation (collecting bytes straight
 /// into an `Arc` copies byte by byte, several times slower).
@@ -289,5 +376,60 @@ mod tests {
             .with_header("a", None);
         assert_eq!(r.header("a"), Some(None));
         assert_eq!(r.header("b"), None);
+    }
+
+    /// librdkafka's header list as a consumer reads it: order kept, null
+    /// and empty values told apart, and a name that is not UTF-8 kept
+    /// (lossily) instead of failing the record.
+    #[test]
+    fn native_headers_keep_order_nulls_and_bad_names() {
+        // SAFETY: a header list built and destroyed here; names and values
+        // are copied by `rd_kafka_header_add`.
+        let got = unsafe {
+            let hdrs = rdsys::rd_kafka_headers_new(4);
+            let add = |name: &[u8], value: Option<&[u8]>| {
+                let (v, n) = match value {
+                    Some(v) => (v.as_ptr().cast(), v.len() as isize),
+                    None => (std::ptr::null(), 0),
+                };
+                let err = rdsys::rd_kafka_header_add(
+                    hdrs,
+                    name.as_ptr().cast(),
+                    name.len() as isize,
+                    v,
+                    n,
+                );
+                assert_eq!(err, rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+            };
+            add(b"trace", Some(b"abc"));
+            add(b"empty", Some(b""));
+            add(b"null", None);
+            add(b"bad\xff", Some(b"x"));
+            let got = native_headers(hdrs);
+            rdsys::rd_kafka_headers_destroy(hdrs);
+            got
+        };
+        let got: Vec<(String, Option<Vec<u8>>)> = got
+            .expect("headers")
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("trace".to_owned(), Some(b"abc".to_vec())),
+                ("empty".to_owned(), Some(Vec::new())),
+                ("null".to_owned(), None),
+                ("bad\u{fffd}".to_owned(), Some(b"x".to_vec())),
+            ]
+        );
+        // SAFETY: as above.
+        let none = unsafe {
+            let hdrs = rdsys::rd_kafka_headers_new(0);
+            let got = native_headers(hdrs);
+            rdsys::rd_kafka_headers_destroy(hdrs);
+            got
+        };
+        assert!(none.is_none());
     }
 }
