@@ -29,7 +29,7 @@
 //! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
 //!
 //! After criterion's samples, a paired pass runs the three variants
-//! round-robin (`BENCH_PAIRED_ROUNDS`, default 5) and prints the median
+//! round-robin (`BENCH_PAIRED_ROUNDS`, default 15) and prints the median
 //! records/s and the median per-round ratio to raw: on a shared, noisy
 //! machine the ratios of one round are more trustworthy than absolute
 //! figures taken minutes apart.
@@ -274,7 +274,7 @@ fn note(v: Variant, total: u64, (took, cpu): (Duration, Duration)) {
 fn main() {
     let partitions: i32 = env_or("BENCH_PARTITIONS", 12);
     let per_partition: usize = env_or("BENCH_RECORDS_PER_PARTITION", 35_000);
-    let rounds: usize = env_or("BENCH_PAIRED_ROUNDS", 5);
+    let rounds: usize = env_or("BENCH_PAIRED_ROUNDS", 15);
     let payload = 100;
 
     let cluster = Cluster::start();

@@ -213,8 +213,9 @@ impl<H> FreshConsumer<H> {
     /// records plus one fetch response (up to `max.partition.fetch.bytes`),
     /// and at most `queued.max.messages.kbytes` (which applies per partition
     /// with split queues). The worker takes the records that are ready in
-    /// batches of up to 64 (`rd_kafka_consume_batch_queue`), so up to 64
-    /// more may wait in the worker, already copied out of librdkafka.
+    /// batches of up to 64 or this many, whichever is smaller
+    /// (`rd_kafka_consume_batch_queue`), so up to that many more may wait in
+    /// the worker, already copied out of librdkafka.
     /// Nothing is paused and nothing is fetched twice.
     ///
     /// If a partition's queue cannot be split, the poll loop hands its

@@ -67,12 +67,16 @@ impl QueueHandle {
         unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0.as_ptr()) as u64 }
     }
 
-    /// Takes up to `READ_BATCH` messages that are ready, without waiting, and
-    /// gives each to `each` (then destroys it). librdkafka serves them as
+    /// Takes up to `max` (at most [`READ_BATCH`]) messages that are ready,
+    /// without waiting, and gives each to `each` (then destroys it). librdkafka serves them as
     /// one poll of the queue: it moves the partition's position past them,
     /// drops outdated ones (from before a seek or restart of the partition)
     /// and turns errors into messages with `err` set.
-    fn read_batch(&self, mut each: impl FnMut(&rdkafka::bindings::rd_kafka_message_t)) -> usize {
+    fn read_batch(
+        &self,
+        max: usize,
+        mut each: impl FnMut(&rdkafka::bindings::rd_kafka_message_t),
+    ) -> usize {
         /// Messages read and not destroyed yet: `msgs[next..len]`. Dropping
         /// destroys them, also when `each` panics.
         struct Batch {
@@ -94,17 +98,18 @@ impl QueueHandle {
             next: 0,
             len: 0,
         };
-        // SAFETY: a live queue handle; `msgs` has room for `READ_BATCH`
-        // pointers; a timeout of 0 does not block.
+        let max = max.clamp(1, READ_BATCH);
+        // SAFETY: a live queue handle; `msgs` has room for `max <=
+        // READ_BATCH` pointers; a timeout of 0 does not block.
         let n = unsafe {
             rdkafka::bindings::rd_kafka_consume_batch_queue(
                 self.0.as_ptr(),
                 0,
                 b.msgs.as_mut_ptr(),
-                READ_BATCH,
+                max,
             )
         };
-        b.len = usize::try_from(n).unwrap_or(0).min(READ_BATCH);
+        b.len = usize::try_from(n).unwrap_or(0).min(max);
         while b.next < b.len {
             let m = b.msgs[b.next];
             b.next += 1;
@@ -133,9 +138,10 @@ impl Drop for QueueHandle {
     }
 }
 
-/// At most this many records are read from a partition's own queue at once
-/// (one lock of the queue and of the partition's offset tracker for all of
-/// them). They wait in the worker, already tracked as delivered.
+/// At most this many records (and never more than `max_buffered_records`)
+/// are read from a partition's own queue at once: one lock of the queue and
+/// of the partition's offset tracker for all of them. They wait in the
+/// worker, already tracked as delivered.
 const READ_BATCH: usize = 64;
 
 /// A partition's worker, created but not running yet.
@@ -550,7 +556,7 @@ impl<H: Handler> Worker<H> {
     /// offset is skipped.
     fn read_batch(&self, handle: &QueueHandle, ready: &mut std::collections::VecDeque<Record>) {
         let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
-        let n = handle.read_batch(|m| {
+        let n = handle.read_batch(self.shared.max_buffered_records, |m| {
             if m.err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
                 let record = unsafe { Record::from_native(&self.state.topic, m) };
