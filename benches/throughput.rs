@@ -182,6 +182,9 @@ impl Setup {
         if let Some(n) = env_opt("BENCH_FRESH_COMMIT_BATCH") {
             c = c.commit_batch_records(n);
         }
+        if env_opt("BENCH_FRESH_READ_HEADERS") == Some(0) {
+            c = c.read_headers(false);
+        }
         // A provider per run: the group name is an attribute, and a provider
         // shared by every run would grow towards the cardinality limit.
         let provider = metrics.then(support::sdk_provider);

@@ -134,6 +134,7 @@ impl<H: Handler> FreshConsumer<H> {
             storm_guard: settings.storm_guard.clone(),
             revoke_timeout: settings.revoke_timeout,
             event_time_header: settings.event_time_header.clone(),
+            read_headers: settings.read_headers,
             runtime,
             instruments,
             commit_tx,
@@ -378,7 +379,7 @@ impl<H: Handler> Engine<H> {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let record = Record::from_message(&slot.state.topic, &message);
+        let record = Record::from_message(&slot.state.topic, &message, self.shared.read_headers);
         drop(message);
         // The event time is kept with the offset for the head-of-line age.
         let event_ms =
@@ -514,6 +515,11 @@ impl<H: Handler> Engine<H> {
     }
 
     fn on_error(&mut self, e: KafkaError) -> Option<KafkaError> {
+        if let KafkaError::PartitionEOF(p) = e {
+            // `enable.partition.eof`: the partition's end, not an error.
+            tracing::debug!(partition = p, "end of partition reached");
+            return None;
+        }
         match e.rdkafka_error_code() {
             Some(RDKafkaErrorCode::AutoOffsetReset) => {
                 // An offset out of range (librdkafka runs with

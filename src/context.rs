@@ -88,6 +88,12 @@ impl<H: Handler> ClientContext for Ctx<H> {
                 self.shared.health.offset_reset_error();
                 tracing::debug!(%reason, "librdkafka: offset out of range");
             }
+            // `enable.partition.eof`: the end of a partition is news, not an
+            // error (each partition's worker also sees it, and logs it at
+            // debug level too).
+            Some(RDKafkaErrorCode::PartitionEOF) => {
+                tracing::debug!(%reason, "librdkafka: end of partition reached");
+            }
             _ => tracing::warn!(error = %error, %reason, "librdkafka error"),
         }
     }
@@ -316,8 +322,11 @@ impl<H: Handler> Ctx<H> {
         for e in tpl.elements() {
             match consumer.split_partition_queue(e.topic(), e.partition()) {
                 Some(q) => {
-                    let depth = QueueHandle::new(consumer.client(), e.topic(), e.partition());
-                    queues.push(((e.topic().to_owned(), e.partition()), (q, depth)));
+                    let handle = QueueHandle::new(consumer.client(), e.topic(), e.partition());
+                    queues.push((
+                        (e.topic().to_owned(), e.partition()),
+                        SplitQueue { handle, queue: q },
+                    ));
                 }
                 None => tracing::warn!(
                     topic = e.topic(),

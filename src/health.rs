@@ -1597,13 +1597,18 @@ fn evaluate_one(
     t: &HealthThresholds,
 ) -> Evaluated {
     let h = &s.health;
+    // With a split queue, records fetched but not yet taken by the worker
+    // wait in librdkafka's queue: the position is past them. Read under the
+    // tracker's lock, under which the worker updates both.
     let (position, head, completed) = {
         let tr = lock(&s.tracker);
-        (tr.position(), tr.head_entry(), tr.committable())
+        let waiting = s.waiting.load(Ordering::Relaxed) as i64;
+        (
+            tr.position().map(|p| p + waiting),
+            tr.head_entry(),
+            tr.committable(),
+        )
     };
-    // With a split queue, records fetched but not yet taken by the worker
-    // wait in librdkafka's queue: the position is past them.
-    let position = position.map(|p| p + s.waiting.load(Ordering::Relaxed) as i64);
     let own = s.committed.load(Ordering::Acquire);
     let known = h.known_committed.load(Ordering::Acquire);
     let mut st = lock(&h.stats);

@@ -136,21 +136,26 @@ impl Record {
         self
     }
 
-    pub(crate) fn from_message(topic: &str, m: &BorrowedMessage<'_>) -> Self {
+    pub(crate) fn from_message(topic: &str, m: &BorrowedMessage<'_>, headers: bool) -> Self {
         // SAFETY: a live consumer message with no error (a `BorrowedMessage`
         // is only built for those), valid while `m` is borrowed.
-        unsafe { Self::from_native(topic, m.ptr()) }
+        unsafe { Self::from_native(topic, m.ptr(), headers) }
     }
 
     /// Copies a record out of a librdkafka consumer message: key, payload,
     /// partition, offset, timestamp (`rd_kafka_message_timestamp`) and
-    /// headers (`rd_kafka_message_headers`). `topic` is the name of the
-    /// message's topic (the caller knows it; not read from the message).
+    /// headers (`rd_kafka_message_headers`, only when `headers` is true).
+    /// `topic` is the name of the message's topic (the caller knows it; not
+    /// read from the message).
     ///
     /// # Safety
     /// `m` points to a live consumer message whose `err` is
     /// `RD_KAFKA_RESP_ERR_NO_ERROR`, not destroyed before this returns.
-    pub(crate) unsafe fn from_native(topic: &str, m: *const rdsys::rd_kafka_message_t) -> Self {
+    pub(crate) unsafe fn from_native(
+        topic: &str,
+        m: *const rdsys::rd_kafka_message_t,
+        headers: bool,
+    ) -> Self {
         // SAFETY: (caller) `m` is live; key and payload point to `key_len`
         // and `len` bytes, or are NULL.
         let (key, payload, partition, offset) = unsafe {
@@ -175,15 +180,19 @@ impl Record {
             }
             _ => RecordTimestamp::NotAvailable,
         };
-        let mut hdrs = std::ptr::null_mut();
-        // SAFETY: (caller) `m` is live. On success `hdrs` belongs to the
-        // message and lives as long as it does.
-        let headers = match unsafe { rdsys::rd_kafka_message_headers(m, &mut hdrs) } {
-            rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR if !hdrs.is_null() => {
-                // SAFETY: headers of the live message.
-                unsafe { native_headers(hdrs) }
+        let headers = if headers {
+            let mut hdrs = std::ptr::null_mut();
+            // SAFETY: (caller) `m` is live. On success `hdrs` belongs to the
+            // message and lives as long as it does.
+            match unsafe { rdsys::rd_kafka_message_headers(m, &mut hdrs) } {
+                rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR if !hdrs.is_null() => {
+                    // SAFETY: headers of the live message.
+                    unsafe { native_headers(hdrs) }
+                }
+                _ => None,
             }
-            _ => None,
+        } else {
+            None
         };
         Record {
             bytes: join(topic.as_bytes(), key, payload),

@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     storm_active: AtomicBool,
     pub(crate) revoke_timeout: Duration,
     pub(crate) event_time_header: Option<String>,
+    /// Whether records are built with their headers (`read_headers`).
+    pub(crate) read_headers: bool,
     pub(crate) runtime: Handle,
     pub(crate) instruments: Instruments,
     /// Cancelled when the consumer shuts down; every partition's stop token
@@ -128,6 +130,8 @@ pub(crate) struct SharedInit {
     pub(crate) storm_guard: StormGuard,
     pub(crate) revoke_timeout: Duration,
     pub(crate) event_time_header: Option<String>,
+    /// Whether records are built with their headers (`read_headers`).
+    pub(crate) read_headers: bool,
     pub(crate) runtime: Handle,
     pub(crate) instruments: Instruments,
     pub(crate) commit_tx: std::sync::mpsc::Sender<CommitCmd>,
@@ -152,6 +156,7 @@ impl Shared {
             storm_active: AtomicBool::new(false),
             revoke_timeout: i.revoke_timeout,
             event_time_header: i.event_time_header,
+            read_headers: i.read_headers,
             runtime: i.runtime,
             instruments: i.instruments,
             shutdown: CancellationToken::new(),

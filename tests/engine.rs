@@ -198,3 +198,70 @@ async fn a_count_of_completed_records_commits_before_the_interval() {
     // The final commit at shutdown covers the rest.
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![120]);
 }
+
+/// Headers reach the handler as the producer wrote them (order, a null value,
+/// an empty one), on both read paths: the partition's own queue (read in
+/// batches) and the poll loop's hand-over. With `read_headers(false)` they do
+/// not, and everything else about the record is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_reach_the_handler_unless_turned_off() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("headers", 1).await;
+    let headers: [(&str, Option<&[u8]>); 3] = [
+        ("trace", Some(b"abc")),
+        ("null", None),
+        ("empty", Some(b"")),
+    ];
+    cluster
+        .produce_with_headers(&topic, 0, "k0", "v0", Some(1_700_000_000_000), &headers)
+        .await;
+    cluster.produce(&topic, 0, "k1", "v1", None).await;
+    type Got = Arc<Mutex<Vec<(i64, String, Vec<(String, Option<Vec<u8>>)>)>>>;
+    for (split, read) in [(true, true), (false, true), (true, false)] {
+        let got: Got = Arc::default();
+        let handler = {
+            let got = Arc::clone(&got);
+            move |r: Record| {
+                let h = r
+                    .headers()
+                    .iter()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect();
+                let payload = String::from_utf8_lossy(r.payload().unwrap_or_default()).into_owned();
+                got.lock().unwrap().push((r.offset(), payload, h));
+                std::future::ready(Ok::<(), std::io::Error>(()))
+            }
+        };
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(
+            cluster
+                .consumer(&unique("g-headers"), &topic, handler)
+                .split_partition_queues(split)
+                .read_headers(read)
+                .run_until(stop.clone().cancelled_owned()),
+        );
+        wait_until(Duration::from_secs(20), "2 records handled", || async {
+            got.lock().unwrap().len() == 2
+        })
+        .await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        let expected: Vec<(String, Option<Vec<u8>>)> = if read {
+            headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.map(<[u8]>::to_vec)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(
+            *got.lock().unwrap(),
+            vec![
+                (0, "v0".to_owned(), expected),
+                (1, "v1".to_owned(), Vec::new())
+            ],
+            "split_partition_queues({split}), read_headers({read})"
+        );
+    }
+}
