@@ -183,7 +183,9 @@ impl<H> FreshConsumer<H> {
     ///
     /// The library sets `enable.auto.commit=false` and
     /// `enable.auto.offset.store=false` itself; setting either to `true` is a
-    /// [`ConfigError::AutoCommit`]. Unless set here, `auto.offset.reset` is
+    /// [`ConfigError::AutoCommit`]. `enable.partition.eof=true` is a
+    /// [`ConfigError::InvalidProperty`]: the handler never sees such events.
+    /// Unless set here, `auto.offset.reset` is
     /// `earliest` (a new group starts at the log start offset, so nothing is
     /// skipped) rather than librdkafka's `latest`. It only decides where a
     /// partition the group has **no** committed offset for starts
@@ -216,7 +218,7 @@ impl<H> FreshConsumer<H> {
     /// and at most `queued.max.messages.kbytes` (which applies per partition
     /// with split queues). The worker takes the records that are ready in
     /// batches of up to 64 or this many, whichever is smaller
-    /// (`rd_kafka_consume_callback_queue`), so up to that many more may wait in
+    /// (`rd_kafka_consume_batch_queue`), so up to that many more may wait in
     /// the worker, already copied out of librdkafka.
     /// Nothing is paused and nothing is fetched twice.
     ///
@@ -444,6 +446,16 @@ impl Settings {
             {
                 return Err(ConfigError::AutoCommit { property, instead });
             }
+        }
+        if let Some(v) = prop("enable.partition.eof")
+            && v.trim() != "false"
+        {
+            return Err(ConfigError::InvalidProperty {
+                property: "enable.partition.eof".to_owned(),
+                reason: "the library does not hand partition-EOF events to the handler (health \
+                         reports a caught-up partition as lag 0); leave it false"
+                    .to_owned(),
+            });
         }
         let bootstrap = self
             .bootstrap_servers
@@ -809,6 +821,22 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn partition_eof_events_are_refused() {
+        let e = base()
+            .set("enable.partition.eof", "true")
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "enable.partition.eof"),
+            "{e:?}"
+        );
+        base()
+            .set("enable.partition.eof", "false")
+            .validate()
+            .unwrap();
     }
 
     #[test]

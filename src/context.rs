@@ -88,12 +88,6 @@ impl<H: Handler> ClientContext for Ctx<H> {
                 self.shared.health.offset_reset_error();
                 tracing::debug!(%reason, "librdkafka: offset out of range");
             }
-            // `enable.partition.eof`: the end of a partition is news, not an
-            // error (each partition's worker also sees it, and logs it at
-            // debug level too).
-            Some(RDKafkaErrorCode::PartitionEOF) => {
-                tracing::debug!(%reason, "librdkafka: end of partition reached");
-            }
             _ => tracing::warn!(error = %error, %reason, "librdkafka error"),
         }
     }

@@ -42,8 +42,9 @@ pub enum ConfigError {
         /// Why the value is invalid.
         reason: String,
     },
-    /// librdkafka rejected a property: unknown name or invalid value. For
-    /// secret properties the reason does not repeat the value.
+    /// librdkafka rejected a property (unknown name or invalid value), or
+    /// the library does not support the value (`enable.partition.eof=true`).
+    /// For secret properties the reason does not repeat the value.
     #[error("invalid librdkafka property `{property}`: {reason}")]
     InvalidProperty {
         /// The property name.

@@ -30,14 +30,14 @@ pub(crate) type PartitionQueue<H> =
 
 /// A second handle on a partition's own librdkafka queue (rust-rdkafka does
 /// not expose the split queue's handle), for the worker to read records in
-/// batches (`rd_kafka_consume_callback_queue`) and to read how many wait
+/// batches (`rd_kafka_consume_batch_queue`) and to read how many wait
 /// (`rd_kafka_queue_length`). Owned by the partition's worker, so it is gone
 /// before the consumer is destroyed (the worker's split queue keeps the
 /// consumer alive until then).
 pub(crate) struct QueueHandle(std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>);
 
 // SAFETY: librdkafka queues are thread-safe; the handle is used with
-// `rd_kafka_queue_length` and `rd_kafka_consume_callback_queue`, and destroyed
+// `rd_kafka_queue_length` and `rd_kafka_consume_batch_queue`, and destroyed
 // once, in `drop`.
 unsafe impl Send for QueueHandle {}
 unsafe impl Sync for QueueHandle {}
@@ -68,73 +68,76 @@ impl QueueHandle {
     }
 
     /// Takes up to `max` (at most [`READ_BATCH`]) messages that are ready,
-    /// without waiting, and gives each to `each`; librdkafka destroys it
-    /// after. Returns how many were given (records and errors).
+    /// without waiting, and gives each to `each` (then destroys it). Returns
+    /// how many were given (records and errors).
     ///
     /// librdkafka serves them as one poll of the queue
-    /// (`rd_kafka_consume_callback_queue`): it takes the ready ops under one
-    /// lock, drops outdated ones (from before a seek or restart of the
-    /// partition), turns errors into messages with `err` set, and moves the
-    /// partition's position past each record it hands over, exactly as a
-    /// poll of one message does; after `max` it puts the rest back at the
-    /// head of the queue (`rd_kafka_yield`). `rd_kafka_consume_batch_queue`
-    /// would be the non-deprecated call, but it also moves the position past
-    /// an error message's offset, which for a partition EOF or a fetch error
-    /// is the next record not delivered yet: a later pause and resume of the
-    /// partition (librdkafka pauses retained partitions in an incremental
-    /// rebalance) would then fetch from one record too far.
-    fn read_batch<F: FnMut(*mut rdkafka::bindings::rd_kafka_message_t)>(
+    /// (`rd_kafka_consume_batch_queue`): one lock, outdated ops (from before
+    /// a seek or restart of the partition) and transaction markers dropped,
+    /// errors turned into messages with `err` set, and the partition's
+    /// position moved past each message. For an error message that is one
+    /// too far: its offset is the fetch position, the next record not
+    /// fetched yet, and librdkafka fetches from the position after a pause
+    /// and resume (it pauses kept partitions in every incremental
+    /// rebalance). The worker asks the poll loop to seek the partition back
+    /// after such a batch ([`Ctrl::Reposition`]).
+    /// `rd_kafka_consume_callback_queue` prepares positions as a single poll
+    /// does, but it is deprecated and lets an outdated transaction marker
+    /// move the position forward.
+    fn read_batch(
         &self,
         max: usize,
-        each: F,
+        mut each: impl FnMut(*mut rdkafka::bindings::rd_kafka_message_t),
     ) -> usize {
-        struct Ctx<F> {
-            each: F,
-            max: usize,
-            given: usize,
-            panic: Option<Box<dyn std::any::Any + Send>>,
+        /// Messages read and not destroyed yet: `msgs[next..len]`. Dropping
+        /// destroys them, also when `each` panics.
+        struct Batch {
+            msgs: [*mut rdkafka::bindings::rd_kafka_message_t; READ_BATCH],
+            next: usize,
+            len: usize,
         }
-        unsafe extern "C" fn give<F: FnMut(*mut rdkafka::bindings::rd_kafka_message_t)>(
-            m: *mut rdkafka::bindings::rd_kafka_message_t,
-            opaque: *mut std::ffi::c_void,
-        ) {
-            // SAFETY: `opaque` is the `Ctx<F>` below, borrowed mutably for
-            // the call that invokes this callback, on this thread.
-            let ctx = unsafe { &mut *opaque.cast::<Ctx<F>>() };
-            ctx.given += 1;
-            if ctx.panic.is_none() {
-                // A panic must not unwind into C: keep it, resume it after.
-                let each = &mut ctx.each;
-                if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| each(m))) {
-                    ctx.panic = Some(p);
+        impl Drop for Batch {
+            fn drop(&mut self) {
+                for &m in &self.msgs[self.next..self.len] {
+                    // SAFETY: a message from `rd_kafka_consume_batch_queue`,
+                    // destroyed once (`next` moves past it before `each`).
+                    unsafe { rdkafka::bindings::rd_kafka_message_destroy(m) }
                 }
             }
-            if ctx.given >= ctx.max || ctx.panic.is_some() {
-                // SAFETY: sets a thread-local flag that stops the serve
-                // loop after this message (the handle is not used).
-                unsafe { rdkafka::bindings::rd_kafka_yield(std::ptr::null_mut()) }
-            }
         }
-        let mut ctx = Ctx {
-            each,
-            max: max.clamp(1, READ_BATCH),
-            given: 0,
-            panic: None,
+        let mut b = Batch {
+            msgs: [std::ptr::null_mut(); READ_BATCH],
+            next: 0,
+            len: 0,
         };
-        // SAFETY: a live queue handle; a timeout of 0 does not block; the
-        // callback only runs during this call, with `ctx` as its opaque.
-        unsafe {
-            rdkafka::bindings::rd_kafka_consume_callback_queue(
+        let max = max.clamp(1, READ_BATCH);
+        // SAFETY: a live queue handle; `msgs` has room for `max <=
+        // READ_BATCH` pointers; a timeout of 0 does not block.
+        let n = unsafe {
+            rdkafka::bindings::rd_kafka_consume_batch_queue(
                 self.0.as_ptr(),
                 0,
-                Some(give::<F>),
-                (&raw mut ctx).cast(),
-            );
+                b.msgs.as_mut_ptr(),
+                max,
+            )
+        };
+        b.len = usize::try_from(n).unwrap_or(0).min(max);
+        while b.next < b.len {
+            let m = b.msgs[b.next];
+            b.next += 1;
+            /// Destroys one message once `each` is done with it.
+            struct Destroy(*mut rdkafka::bindings::rd_kafka_message_t);
+            impl Drop for Destroy {
+                fn drop(&mut self) {
+                    // SAFETY: a message from `rd_kafka_consume_batch_queue`,
+                    // no longer in `Batch`'s range, destroyed once.
+                    unsafe { rdkafka::bindings::rd_kafka_message_destroy(self.0) }
+                }
+            }
+            let m = Destroy(m);
+            each(m.0);
         }
-        if let Some(p) = ctx.panic {
-            std::panic::resume_unwind(p);
-        }
-        ctx.given
+        b.len
     }
 }
 
@@ -544,6 +547,7 @@ impl<H: Handler> Worker<H> {
         let m = match m {
             Ok(m) => m,
             Err(e) => {
+                // A single poll does not move the position for an error.
                 self.queue_error(e);
                 return None;
             }
@@ -571,9 +575,12 @@ impl<H: Handler> Worker<H> {
     /// offset is skipped.
     fn read_batch(&self, handle: &QueueHandle, ready: &mut std::collections::VecDeque<Record>) {
         let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
+        // The lowest offset of an error event that moved librdkafka's
+        // position (see `QueueHandle::read_batch`).
+        let mut reposition: Option<i64> = None;
         handle.read_batch(self.shared.max_buffered_records, |m| {
             // SAFETY: a live message for the duration of this call.
-            let (err, partition) = unsafe { ((*m).err, (*m).partition) };
+            let (err, partition, offset) = unsafe { ((*m).err, (*m).partition, (*m).offset) };
             if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
                 let record =
@@ -583,12 +590,15 @@ impl<H: Handler> Worker<H> {
                 read.push((record, event_ms));
             } else {
                 // As rust-rdkafka reports it for a `BorrowedMessage`.
-                self.queue_error(match err {
+                let handled_elsewhere = self.queue_error(match err {
                     rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
                         rdkafka::error::KafkaError::PartitionEOF(partition)
                     }
                     e => rdkafka::error::KafkaError::MessageConsumption(e.into()),
                 });
+                if !handled_elsewhere {
+                    reposition = Some(reposition.map_or(offset, |o| o.min(offset)));
+                }
             }
         });
         let mut tracker = self.state.tracker.lock().unwrap_or_else(|e| e.into_inner());
@@ -604,30 +614,38 @@ impl<H: Handler> Worker<H> {
         // Under the tracker's lock, as health reads them: the position
         // moved past the records taken, and those left wait in the queue.
         self.state.waiting.store(handle.len(), Ordering::Relaxed);
+        drop(tracker);
+        if let Some(offset) = reposition {
+            let _ = self
+                .shared
+                .ctrl_tx
+                .send(Ctrl::Reposition(Arc::clone(&self.state), offset));
+        }
     }
 
     /// An error on the partition's own queue (librdkafka puts a partition's
-    /// consume errors there, not on the main queue).
-    fn queue_error(&self, e: rdkafka::error::KafkaError) {
+    /// consume errors there, not on the main queue). `true` when the
+    /// library restarts the partition's fetch for it anyway (an offset out
+    /// of range).
+    fn queue_error(&self, e: rdkafka::error::KafkaError) -> bool {
         use rdkafka::error::RDKafkaErrorCode;
-        if let rdkafka::error::KafkaError::PartitionEOF(p) = e {
-            // `enable.partition.eof`: the partition's end, not an error.
-            tracing::debug!(topic = %self.state.topic, partition = p, "end of partition reached");
-            return;
-        }
         match e.rdkafka_error_code() {
             Some(RDKafkaErrorCode::AutoOffsetReset) => {
                 // As in the poll loop: librdkafka stopped the partition's
                 // fetcher; the health thread decides and restarts it.
                 tracing::debug!(error = %e, "offset out of range; handled by the library");
                 self.shared.health.offset_reset_error();
+                true
             }
-            _ => tracing::warn!(
-                topic = %self.state.topic,
-                partition = self.state.partition,
-                error = %e,
-                "consume error"
-            ),
+            _ => {
+                tracing::warn!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    error = %e,
+                    "consume error"
+                );
+                false
+            }
         }
     }
 
@@ -1118,88 +1136,8 @@ pub(crate) fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duratio
 
 #[cfg(test)]
 mod tests {
-    use super::{QueueHandle, backoff};
-    use std::time::{Duration, Instant};
-
-    /// A batch read of a partition's own queue leaves librdkafka's position
-    /// (what a pause and resume fetches from, as in an incremental
-    /// rebalance) at the next record, also when an error event came with
-    /// the records: here a partition EOF, whose offset is the next record
-    /// not fetched yet. (`rd_kafka_consume_batch_queue` moves the position
-    /// past it, one record too far.)
-    #[test]
-    fn a_batch_read_with_an_eof_leaves_the_position_at_the_next_record() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer};
-        use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
-        let owner: rdkafka::producer::BaseProducer<DefaultProducerContext> = ClientConfig::new()
-            .set("test.mock.num.brokers", "1")
-            .create()
-            .expect("mock cluster");
-        let mock = owner.client().mock_cluster().expect("mock cluster handle");
-        mock.create_topic("eof", 1, 1).expect("topic");
-        let bootstrap = mock.bootstrap_servers();
-        let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create()
-            .expect("producer");
-        for i in 0..3 {
-            producer
-                .send(
-                    BaseRecord::<str, str>::to("eof")
-                        .partition(0)
-                        .payload(&format!("v{i}")),
-                )
-                .expect("send");
-        }
-        producer.flush(Duration::from_secs(10)).expect("flush");
-
-        let consumer: std::sync::Arc<BaseConsumer> = std::sync::Arc::new(
-            ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", "eof-position")
-                .set("enable.auto.commit", "false")
-                .set("enable.partition.eof", "true")
-                .set("fetch.wait.max.ms", "10")
-                .create()
-                .expect("consumer"),
-        );
-        let split = consumer.split_partition_queue("eof", 0).expect("split");
-        let handle = QueueHandle::new(consumer.client(), "eof", 0).expect("handle");
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset("eof", 0, Offset::Beginning)
-            .expect("tpl");
-        consumer.assign(&tpl).expect("assign");
-
-        let (mut offsets, mut eof) = (Vec::new(), false);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !eof {
-            assert!(Instant::now() < deadline, "records {offsets:?}, EOF {eof}");
-            // Serves the main queue, and waits a little between reads.
-            let _ = consumer.poll(Duration::from_millis(5));
-            handle.read_batch(64, |m| {
-                // SAFETY: a live message for the duration of this call.
-                let (err, offset) = unsafe { ((*m).err, (*m).offset) };
-                match err {
-                    rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => {
-                        offsets.push(offset)
-                    }
-                    rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
-                        assert_eq!(offset, 3, "EOF at the next offset to fetch");
-                        eof = true;
-                    }
-                    e => panic!("unexpected error {e:?}"),
-                }
-            });
-        }
-        assert_eq!(offsets, vec![0, 1, 2]);
-        let position = consumer.position().expect("position");
-        let p = position.find_partition("eof", 0).expect("partition");
-        assert_eq!(p.offset(), Offset::Offset(3));
-        drop(handle);
-        drop(split);
-    }
+    use super::backoff;
+    use std::time::Duration;
 
     #[test]
     fn backoff_doubles_and_caps() {

@@ -1808,3 +1808,116 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
         "the replacement is logged"
     );
 }
+
+/// A fetch error reaches the partition's own queue as an error event, whose
+/// offset is the next record not fetched yet. When the worker reads it in a
+/// batch, librdkafka moves the partition's position one past it, and
+/// librdkafka fetches from that position when it resumes the partitions a
+/// member keeps through an incremental rebalance. The library seeks such a
+/// partition back to the records its worker took, so the kept partition
+/// skips nothing (without that, offset 3 of the kept partition was never
+/// handled, and the commit went past it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
+    init();
+    let cluster = TestCluster::start();
+    let Some(mock) = cluster.mock() else {
+        eprintln!("skipped: needs the mock cluster's fault injection");
+        return;
+    };
+    cluster.set_consumer_group_timings(6_000, 200);
+    let topic = cluster.topic("fetch-error-kept", 2).await;
+    let group = unique("g-fetch-error-kept");
+    let produce = |from: usize, to: usize| {
+        let (cluster, topic) = (&cluster, &topic);
+        async move {
+            for p in 0..2 {
+                for i in from..to {
+                    cluster.produce(topic, p, "k", &format!("v{i}"), None).await;
+                }
+            }
+        }
+    };
+    produce(0, 3).await;
+    let handled: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    // Holds each partition's worker in the handler of offset 2, so that the
+    // error event waits in the queue and is read in a batch afterwards (an
+    // idle worker takes a lone event through the single-message path).
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let start = || {
+        let handled = Arc::clone(&handled);
+        let gate = gate.clone();
+        let c = cluster
+            .consumer_kip848(&group, &topic, move |r: Record| {
+                let handled = Arc::clone(&handled);
+                let mut gate = gate.clone();
+                async move {
+                    if r.offset() == 2 {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    handled.lock().unwrap().insert((r.partition(), r.offset()));
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            // Keeps the records produced after the error unfetched until
+            // the rebalance has paused and resumed the partitions.
+            .set("fetch.error.backoff.ms", "5000");
+        let health = c.health_handle();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(c.run_until(stop.clone().cancelled_owned()));
+        (health, stop, run)
+    };
+    let (health_a, stop_a, run_a) = start();
+    wait_until(
+        WAIT,
+        "A is in the handler of offset 2 on both partitions",
+        || async { handled.lock().unwrap().len() == 4 },
+    )
+    .await;
+    // The next fetch fails for both partitions (one request, one broker).
+    mock.request_errors(
+        RDKafkaApiKey::Fetch,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_MSG],
+    );
+    // Nothing shows when the failed fetch's error events have reached the
+    // partitions' queues: the client fetches every 10 ms here
+    // (`fetch.wait.max.ms`), so a second is ample.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    open.send_replace(true);
+    wait_until(
+        WAIT,
+        "A read the error events and committed to the end",
+        || async {
+            log_lines_with(&topic)
+                .iter()
+                .filter(|l| l.contains("consume error"))
+                .count()
+                >= 2
+                && cluster.committed(&group, &topic, 2).await == vec![3, 3]
+        },
+    )
+    .await;
+    produce(3, 5).await;
+    let (health_b, stop_b, run_b) = start();
+    wait_until(WAIT, "one partition each", || async {
+        health_a.snapshot().partitions.len() == 1 && health_b.snapshot().partitions.len() == 1
+    })
+    .await;
+    wait_until(WAIT, "both partitions committed to the new end", || async {
+        cluster.committed(&group, &topic, 2).await == vec![5, 5]
+    })
+    .await;
+    stop_a.cancel();
+    stop_b.cancel();
+    run_a.await.unwrap().unwrap();
+    run_b.await.unwrap().unwrap();
+    let handled = handled.lock().unwrap();
+    for p in 0..2 {
+        let offsets: Vec<i64> = handled
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|&(_, o)| o)
+            .collect();
+        assert_eq!(offsets, vec![0, 1, 2, 3, 4], "partition {p}");
+    }
+}
