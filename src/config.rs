@@ -441,15 +441,11 @@ impl Settings {
             ("enable.auto.commit", "commit_interval"),
             ("enable.auto.offset.store", "commit_batch_records"),
         ] {
-            if let Some(v) = prop(property)
-                && v.trim() != "false"
-            {
+            if prop(property).is_some_and(is_true) {
                 return Err(ConfigError::AutoCommit { property, instead });
             }
         }
-        if let Some(v) = prop("enable.partition.eof")
-            && v.trim() != "false"
-        {
+        if prop("enable.partition.eof").is_some_and(is_true) {
             return Err(ConfigError::InvalidProperty {
                 property: "enable.partition.eof".to_owned(),
                 reason: "the library does not hand partition-EOF events to the handler (health \
@@ -655,6 +651,14 @@ pub(crate) fn secret_fragments(properties: &[(String, String)]) -> Vec<String> {
     out
 }
 
+/// `true` for what librdkafka reads as a true boolean property (`true`, `t`
+/// or `1`, case-insensitive); anything else is false or a value librdkafka
+/// rejects itself.
+fn is_true(value: &str) -> bool {
+    let v = value.trim();
+    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
+}
+
 fn redact_config_error(e: KafkaError) -> ConfigError {
     match e {
         KafkaError::ClientConfig(_, desc, key, value) => {
@@ -783,10 +787,14 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(matches!(e, ConfigError::AutoCommit { .. }));
-        base()
-            .set("enable.auto.commit", "false")
-            .validate()
-            .unwrap();
+        // librdkafka's other spellings of true and false.
+        for v in ["1", "T", "TRUE"] {
+            let e = base().set("enable.auto.commit", v).validate().unwrap_err();
+            assert!(matches!(e, ConfigError::AutoCommit { .. }), "{v}");
+        }
+        for v in ["false", "0", "f"] {
+            base().set("enable.auto.commit", v).validate().unwrap();
+        }
     }
 
     #[test]
@@ -825,18 +833,19 @@ mod tests {
 
     #[test]
     fn partition_eof_events_are_refused() {
-        let e = base()
-            .set("enable.partition.eof", "true")
-            .validate()
-            .unwrap_err();
-        assert!(
-            matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "enable.partition.eof"),
-            "{e:?}"
-        );
-        base()
-            .set("enable.partition.eof", "false")
-            .validate()
-            .unwrap();
+        for v in ["true", "T", "1"] {
+            let e = base()
+                .set("enable.partition.eof", v)
+                .validate()
+                .unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "enable.partition.eof"),
+                "{v}: {e:?}"
+            );
+        }
+        for v in ["false", "F", "0"] {
+            base().set("enable.partition.eof", v).validate().unwrap();
+        }
     }
 
     #[test]

@@ -332,10 +332,6 @@ impl<H: Handler> Engine<H> {
                     self.refill(&state);
                     continue;
                 }
-                Err(Ctrl::Reposition(state, error_offset)) => {
-                    reposition(&*self.consumer, &state, error_offset);
-                    continue;
-                }
                 // Idle tick (or the stream's end, which rdkafka never reports).
                 Ok(Err(_)) | Ok(Ok(None)) => continue,
                 Ok(Ok(Some(r))) => r,
@@ -751,37 +747,6 @@ impl<H: Handler> Engine<H> {
 /// to the partition's current position (where the resume fetches from
 /// anyway) starts the fetcher, which wakes the broker thread. Asynchronous:
 /// a seek that fails leaves the plain resume in place.
-/// Seeks a partition read from its own queue to the position its worker
-/// has taken records up to, or before its first record to the error
-/// event's offset (see [`Ctrl::Reposition`]). The records between that
-/// position and librdkafka's fetch position are fetched again; those
-/// already taken are skipped by the tracker.
-fn reposition<C: Consumer<Ctx<H>>, H: Handler>(
-    consumer: &C,
-    state: &PartitionState,
-    error_offset: i64,
-) {
-    if state.revoked.load(Ordering::Acquire) {
-        return;
-    }
-    let position = state
-        .tracker
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .position()
-        .or((error_offset >= 0).then_some(error_offset));
-    if let Some(offset) = position
-        && let Err(e) = consumer.seek(
-            &state.topic,
-            state.partition,
-            Offset::Offset(offset),
-            Duration::ZERO,
-        )
-    {
-        tracing::debug!(topic = %state.topic, partition = state.partition, error = %e, "repositioning a partition after an error event failed");
-    }
-}
-
 fn restart_fetch<C: Consumer<Ctx<H>>, H: Handler>(consumer: &C, state: &PartitionState) {
     let position = consumer.position().ok().and_then(|tpl| {
         tpl.find_partition(&state.topic, state.partition)

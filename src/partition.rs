@@ -34,7 +34,13 @@ pub(crate) type PartitionQueue<H> =
 /// (`rd_kafka_queue_length`). Owned by the partition's worker, so it is gone
 /// before the consumer is destroyed (the worker's split queue keeps the
 /// consumer alive until then).
-pub(crate) struct QueueHandle(std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>);
+pub(crate) struct QueueHandle {
+    queue: std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>,
+    /// The client the queue belongs to, for seeks (it outlives the handle).
+    client: std::ptr::NonNull<rdkafka::bindings::rd_kafka_t>,
+    topic: String,
+    partition: i32,
+}
 
 // SAFETY: librdkafka queues are thread-safe; the handle is used with
 // `rd_kafka_queue_length` and `rd_kafka_consume_batch_queue`, and destroyed
@@ -58,13 +64,54 @@ impl QueueHandle {
                 partition,
             )
         };
-        std::ptr::NonNull::new(q).map(QueueHandle)
+        Some(QueueHandle {
+            queue: std::ptr::NonNull::new(q)?,
+            client: std::ptr::NonNull::new(client.native_ptr())?,
+            topic: topic.to_str().ok()?.to_owned(),
+            partition,
+        })
+    }
+
+    /// Seeks the partition to `offset`, asynchronously
+    /// (`rd_kafka_seek_partitions` with a timeout of 0). librdkafka raises
+    /// the partition's version at once, so nothing fetched before is read
+    /// from the queue after this returns; it fetches again from `offset`.
+    fn seek(&self, offset: i64) {
+        let mut tpl = rdkafka::TopicPartitionList::with_capacity(1);
+        if tpl
+            .add_partition_offset(&self.topic, self.partition, rdkafka::Offset::Offset(offset))
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: the client outlives this handle (see the type's doc);
+        // the list is live for the call and only read by it.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_seek_partitions(self.client.as_ptr(), tpl.ptr(), 0)
+        };
+        if !err.is_null() {
+            // SAFETY: an error object returned to us, destroyed once.
+            let reason = unsafe {
+                let reason =
+                    std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_error_string(err))
+                        .to_string_lossy()
+                        .into_owned();
+                rdkafka::bindings::rd_kafka_error_destroy(err);
+                reason
+            };
+            tracing::debug!(
+                topic = %self.topic,
+                partition = self.partition,
+                %reason,
+                "repositioning the partition after an error event failed"
+            );
+        }
     }
 
     /// Records (and other events) waiting in the queue.
     fn len(&self) -> u64 {
         // SAFETY: a live queue handle (destroyed only in `drop`).
-        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0.as_ptr()) as u64 }
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.queue.as_ptr()) as u64 }
     }
 
     /// Takes up to `max` (at most [`READ_BATCH`]) messages that are ready,
@@ -79,8 +126,10 @@ impl QueueHandle {
     /// too far: its offset is the fetch position, the next record not
     /// fetched yet, and librdkafka fetches from the position after a pause
     /// and resume (it pauses kept partitions in every incremental
-    /// rebalance). The worker asks the poll loop to seek the partition back
-    /// after such a batch ([`Ctrl::Reposition`]).
+    /// rebalance). The worker seeks the partition back after such a batch
+    /// ([`seek`](Self::seek)), and reads one message at a time until it has
+    /// taken its partition's first record (an error event before it may
+    /// carry a logical offset, which would move the position to the end).
     /// `rd_kafka_consume_callback_queue` prepares positions as a single poll
     /// does, but it is deprecated and lets an outdated transaction marker
     /// move the position forward.
@@ -115,7 +164,7 @@ impl QueueHandle {
         // READ_BATCH` pointers; a timeout of 0 does not block.
         let n = unsafe {
             rdkafka::bindings::rd_kafka_consume_batch_queue(
-                self.0.as_ptr(),
+                self.queue.as_ptr(),
                 0,
                 b.msgs.as_mut_ptr(),
                 max,
@@ -145,7 +194,7 @@ impl Drop for QueueHandle {
     fn drop(&mut self) {
         // SAFETY: the handle came from `rd_kafka_queue_get_partition` and is
         // destroyed once.
-        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.0.as_ptr()) }
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.queue.as_ptr()) }
     }
 }
 
@@ -195,6 +244,9 @@ struct SplitSource<'a, H: Handler> {
     handle: Option<&'a QueueHandle>,
     /// Records read in a batch and not taken yet, in offset order.
     ready: std::collections::VecDeque<Record>,
+    /// Whether a record was taken: batches are read only from then on (see
+    /// [`QueueHandle::read_batch`]).
+    started: bool,
 }
 
 impl<H: Handler> SplitSource<'_, H> {
@@ -464,6 +516,7 @@ impl<H: Handler> Worker<H> {
                     stream: split.queue.stream(),
                     handle: split.handle.as_ref(),
                     ready: std::collections::VecDeque::with_capacity(READ_BATCH),
+                    started: false,
                 }))
                 .await;
             }
@@ -495,13 +548,14 @@ impl<H: Handler> Worker<H> {
                     return Some(r);
                 }
                 match q.handle {
-                    Some(handle) => {
+                    Some(handle) if q.started => {
                         self.read_batch(handle, &mut q.ready);
                         q.ready.pop_front()
                     }
-                    None => loop {
+                    _ => loop {
                         let m = q.stream.next().now_or_never().flatten()?;
-                        if let Some(r) = self.accept(m, None) {
+                        if let Some(r) = self.accept(m, q.handle) {
+                            q.started = true;
                             return Some(r);
                         }
                     },
@@ -526,6 +580,7 @@ impl<H: Handler> Worker<H> {
                 loop {
                     let m = q.stream.next().await?;
                     if let Some(r) = self.accept(m, q.handle) {
+                        q.started = true;
                         return Some(r);
                     }
                 }
@@ -614,12 +669,19 @@ impl<H: Handler> Worker<H> {
         // Under the tracker's lock, as health reads them: the position
         // moved past the records taken, and those left wait in the queue.
         self.state.waiting.store(handle.len(), Ordering::Relaxed);
+        // The next record to take; the batch path runs only once a record
+        // was taken, so the tracker knows it.
+        let target = reposition.and_then(|error_offset| {
+            tracker
+                .position()
+                .or((error_offset >= 0).then_some(error_offset))
+        });
         drop(tracker);
-        if let Some(offset) = reposition {
-            let _ = self
-                .shared
-                .ctrl_tx
-                .send(Ctrl::Reposition(Arc::clone(&self.state), offset));
+        // At once, before the next read: records fetched from the wrong
+        // position can then never be taken (the seek's new version makes
+        // them outdated).
+        if let Some(offset) = target {
+            handle.seek(offset);
         }
     }
 

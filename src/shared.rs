@@ -23,12 +23,6 @@ use crate::watchdog::PollClock;
 pub(crate) enum Ctrl {
     /// A paused partition's buffer drained to half: refill it and resume.
     Drained(Arc<PartitionState>),
-    /// A batch read of the partition's own queue took an error event, which
-    /// moved librdkafka's position one past the next record: seek the
-    /// partition to the position the worker has taken records up to (or,
-    /// before its first record, to the event's offset: the fetch position),
-    /// so a later pause and resume fetches from there.
-    Reposition(Arc<PartitionState>, i64),
 }
 
 /// The decision for a record whose attempts ran out.
