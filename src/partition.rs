@@ -679,8 +679,13 @@ impl<H: Handler> Worker<H> {
         drop(tracker);
         // At once, before the next read: records fetched from the wrong
         // position can then never be taken (the seek's new version makes
-        // them outdated).
-        if let Some(offset) = target {
+        // them outdated). Not once the partition is stopping (revoked, lost
+        // or shutting down): it may already be someone else's, or this
+        // member's again with a new position.
+        if let Some(offset) = target
+            && !self.state.stop.is_cancelled()
+            && !self.state.revoked.load(Ordering::Acquire)
+        {
             handle.seek(offset);
         }
     }
