@@ -42,9 +42,9 @@ pub(crate) struct QueueHandle {
     partition: i32,
 }
 
-// SAFETY: librdkafka queues are thread-safe; the handle is used with
-// `rd_kafka_queue_length` and `rd_kafka_consume_batch_queue`, and destroyed
-// once, in `drop`.
+// SAFETY: librdkafka queues and clients are thread-safe; the handle is used
+// with `rd_kafka_queue_length`, `rd_kafka_consume_batch_queue` and
+// `rd_kafka_seek_partitions`, and the queue is destroyed once, in `drop`.
 unsafe impl Send for QueueHandle {}
 unsafe impl Sync for QueueHandle {}
 
@@ -630,12 +630,12 @@ impl<H: Handler> Worker<H> {
     /// offset is skipped.
     fn read_batch(&self, handle: &QueueHandle, ready: &mut std::collections::VecDeque<Record>) {
         let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
-        // The lowest offset of an error event that moved librdkafka's
-        // position (see `QueueHandle::read_batch`).
-        let mut reposition: Option<i64> = None;
+        // Whether an error event moved librdkafka's position past the next
+        // record (see `QueueHandle::read_batch`).
+        let mut reposition = false;
         handle.read_batch(self.shared.max_buffered_records, |m| {
             // SAFETY: a live message for the duration of this call.
-            let (err, partition, offset) = unsafe { ((*m).err, (*m).partition, (*m).offset) };
+            let (err, partition) = unsafe { ((*m).err, (*m).partition) };
             if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
                 let record =
@@ -651,9 +651,7 @@ impl<H: Handler> Worker<H> {
                     }
                     e => rdkafka::error::KafkaError::MessageConsumption(e.into()),
                 });
-                if !handled_elsewhere {
-                    reposition = Some(reposition.map_or(offset, |o| o.min(offset)));
-                }
+                reposition |= !handled_elsewhere;
             }
         });
         let mut tracker = self.state.tracker.lock().unwrap_or_else(|e| e.into_inner());
@@ -669,13 +667,9 @@ impl<H: Handler> Worker<H> {
         // Under the tracker's lock, as health reads them: the position
         // moved past the records taken, and those left wait in the queue.
         self.state.waiting.store(handle.len(), Ordering::Relaxed);
-        // The next record to take; the batch path runs only once a record
-        // was taken, so the tracker knows it.
-        let target = reposition.and_then(|error_offset| {
-            tracker
-                .position()
-                .or((error_offset >= 0).then_some(error_offset))
-        });
+        // The next record to take (known: the batch path runs only once a
+        // record was taken).
+        let target = if reposition { tracker.position() } else { None };
         drop(tracker);
         // At once, before the next read: records fetched from the wrong
         // position can then never be taken (the seek's new version makes
