@@ -220,7 +220,9 @@ impl<H> FreshConsumer<H> {
     /// batches of up to 64 or this many, whichever is smaller
     /// (`rd_kafka_consume_batch_queue`), so up to that many more may wait in
     /// the worker, already copied out of librdkafka.
-    /// Nothing is paused and nothing is fetched twice.
+    /// Nothing is paused, and nothing is fetched twice (except after a
+    /// consume error, when the worker seeks its partition back to the next
+    /// record it has not taken).
     ///
     /// If a partition's queue cannot be split, the poll loop hands its
     /// records to the worker through a buffer of this many records

@@ -49,7 +49,8 @@ pub enum ConfigError {
     InvalidProperty {
         /// The property name.
         property: String,
-        /// librdkafka's reason (secret values redacted).
+        /// Why: librdkafka's reason, or the library's for a value it does not
+        /// support (secret values redacted).
         reason: String,
     },
 }
