@@ -115,8 +115,7 @@ impl QueueHandle {
     }
 
     /// Takes up to `max` (at most [`READ_BATCH`]) messages that are ready,
-    /// without waiting, and gives each to `each` (then destroys it). Returns
-    /// how many were given (records and errors).
+    /// without waiting, and gives each to `each` (then destroys it).
     ///
     /// librdkafka serves them as one poll of the queue
     /// (`rd_kafka_consume_batch_queue`): one lock, outdated ops (from before
@@ -137,7 +136,7 @@ impl QueueHandle {
         &self,
         max: usize,
         mut each: impl FnMut(*mut rdkafka::bindings::rd_kafka_message_t),
-    ) -> usize {
+    ) {
         /// Messages read and not destroyed yet: `msgs[next..len]`. Dropping
         /// destroys them, also when `each` panics.
         struct Batch {
@@ -186,7 +185,6 @@ impl QueueHandle {
             let m = Destroy(m);
             each(m.0);
         }
-        b.len
     }
 }
 
@@ -635,7 +633,7 @@ impl<H: Handler> Worker<H> {
         let mut reposition = false;
         handle.read_batch(self.shared.max_buffered_records, |m| {
             // SAFETY: a live message for the duration of this call.
-            let (err, partition) = unsafe { ((*m).err, (*m).partition) };
+            let err = unsafe { (*m).err };
             if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
                 let record =
@@ -644,13 +642,10 @@ impl<H: Handler> Worker<H> {
                     crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
                 read.push((record, event_ms));
             } else {
-                // As rust-rdkafka reports it for a `BorrowedMessage`.
-                let handled_elsewhere = self.queue_error(match err {
-                    rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF => {
-                        rdkafka::error::KafkaError::PartitionEOF(partition)
-                    }
-                    e => rdkafka::error::KafkaError::MessageConsumption(e.into()),
-                });
+                // As rust-rdkafka reports it for a `BorrowedMessage` (no
+                // partition EOF: `enable.partition.eof` is refused).
+                let handled_elsewhere =
+                    self.queue_error(rdkafka::error::KafkaError::MessageConsumption(err.into()));
                 reposition |= !handled_elsewhere;
             }
         });
