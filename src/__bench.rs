@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 
-use crate::RecordTimestamp;
-use crate::instruments::{EventTime, Instruments, PartitionInstruments};
+use crate::clock::WallClock;
+use crate::metrics::instruments::{Instruments, PartitionInstruments};
+use crate::record::EventTime;
+use crate::record::RecordTimestamp;
 use crate::slo::SloRegistry;
-use crate::watchdog::WallClock;
 
 /// The instruments of `partitions` partitions of one topic, as a consumer
 /// builds them on assignment.

@@ -1,55 +1,383 @@
-//! The engine: poll -> dispatch per partition -> handler -> completion
-//! tracking -> commit, and the bounded shutdown.
+//! [`FreshConsumer`](crate::FreshConsumer): the builder, every setter, and `run`/`run_until`.
 
-use std::collections::VecDeque;
-use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
-use opentelemetry::InstrumentationScope;
-use opentelemetry::metrics::MeterProvider;
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::{Offset, TopicPartitionList};
-use tokio::runtime::Handle;
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
+use opentelemetry::metrics::Meter;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 
-use crate::commit::{self, CommitCmd};
-use crate::config::FreshConsumer;
-use crate::context::Ctx;
-use crate::dead_letter::DeadLetterWriter;
-use crate::error::RunError;
-use crate::failure::OnExhausted;
+use crate::config::{RedactedProperties, Settings};
+use crate::error::{ConfigError, RunError};
+use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
 use crate::handler::Handler;
-use crate::instruments::Instruments;
-use crate::partition::PartitionState;
-use crate::record::Record;
-use crate::shared::{Ctrl, Shared, SharedInit};
+use crate::health::{HealthHandle, HealthThresholds, RetentionOverrunPolicy};
+use crate::ordering::ProcessingOrder;
+use crate::slo::FreshnessObjective;
 use crate::summary::RunSummary;
-use crate::watchdog::{self, PollClock};
 
-/// The longest the poll loop waits in one poll on an idle topic before it
-/// polls again. Polling on a tick keeps the poll-interval signal honest: a
-/// long gap means the loop could not run, not that the topic was quiet. The
-/// tick is shortened to a quarter of the warning threshold when that is less.
-pub const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
+/// A consumer under construction: Kafka settings, the handler, and the
+/// library's own options. Created by [`FreshConsumer::new`](crate::FreshConsumer::new); started by
+/// [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) or [`FreshConsumer::run`](crate::FreshConsumer::run).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fresh_consumer::{FreshConsumer, Record};
+///
+/// async fn handle(record: Record) -> Result<(), std::io::Error> {
+///     println!("{}:{}@{}", record.topic(), record.partition(), record.offset());
+///     Ok(())
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let summary = FreshConsumer::new(handle)
+///     .bootstrap_servers("localhost:9092")
+///     .group_id("orders-projector")
+///     .topics(["orders"])
+///     .set("session.timeout.ms", "10000")
+///     .commit_interval(Duration::from_millis(500))
+///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+///     .await?;
+/// println!("handled {} records", summary.records_succeeded);
+/// # Ok(()) }
+/// ```
+///
+/// The `Debug` output never shows the value of a secret property
+/// (`sasl.password`, `ssl.key.password`, `sasl.oauthbearer.client.secret`, ...).
+#[must_use = "a FreshConsumer does nothing until `run_until` or `run` is awaited"]
+pub struct FreshConsumer<H> {
+    pub(crate) handler: H,
+    pub(crate) settings: Settings,
+}
 
-/// How long the poll loop waits for room in a full partition buffer before
-/// it pauses the partition (see
-/// [`max_buffered_records`](crate::FreshConsumer::max_buffered_records)).
-/// A worker that keeps up frees a slot in microseconds.
-const FULL_BUFFER_WAIT: Duration = Duration::from_millis(1);
+impl<H> FreshConsumer<H> {
+    /// Starts building a consumer that runs `handler` for each record.
+    ///
+    /// `handler` is an async function or closure taking a [`Record`](crate::Record)
+    /// and returning `Result<(), E>`, or any type implementing
+    /// [`Handler`](crate::Handler).
+    pub fn new(handler: H) -> Self {
+        FreshConsumer {
+            handler,
+            settings: Settings::default(),
+        }
+    }
 
-/// After a wait for room timed out, the partition's worker is slow: for this
-/// long its full buffer pauses it at once, so a slow partition cannot hold
-/// the poll loop (and the other partitions) to its pace.
-const SLOW_PARTITION_HOLD: Duration = Duration::from_secs(1);
+    /// The brokers to bootstrap from, `host:port[,host:port...]` (librdkafka's
+    /// `bootstrap.servers`). Required unless set through [`set`](Self::set).
+    pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
+        self.settings.bootstrap_servers = Some(servers.into());
+        self
+    }
 
-type Kafka<H> = StreamConsumer<Ctx<H>>;
+    /// The consumer group (`group.id`). Required: commits belong to a group.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.settings.group_id = Some(group_id.into());
+        self
+    }
+
+    /// The topics to subscribe to. Names starting with `^` are regular
+    /// expressions, as in librdkafka's `subscribe`. Required.
+    pub fn topics<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.settings.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets any librdkafka consumer property (see librdkafka's
+    /// `CONFIGURATION.md`), for example security settings
+    /// (`security.protocol`, `sasl.mechanisms`, `sasl.username`,
+    /// `sasl.password`, `ssl.ca.location`). A later call for the same key wins.
+    ///
+    /// The library sets `enable.auto.commit=false` and
+    /// `enable.auto.offset.store=false` itself; setting either to `true` is a
+    /// [`ConfigError::AutoCommit`]. `enable.partition.eof=true` is a
+    /// [`ConfigError::InvalidProperty`]: the handler never sees such events.
+    /// Unless set here, `auto.offset.reset` is
+    /// `earliest` (a new group starts at the log start offset, so nothing is
+    /// skipped) rather than librdkafka's `latest`. It only decides where a
+    /// partition the group has **no** committed offset for starts
+    /// (`earliest`, `latest` or `error`): an out-of-range offset follows
+    /// [`retention_overrun_policy`](Self::retention_overrun_policy), and
+    /// librdkafka itself runs with `auto.offset.reset=error`. Unless set
+    /// here or with [`statistics_interval`](Self::statistics_interval),
+    /// `statistics.interval.ms` is 1000. Unless set here,
+    /// `queued.min.messages` is [`max_buffered_records`](Self::max_buffered_records)
+    /// and `fetch.queue.backoff.ms` is 10 (librdkafka's default of 1000
+    /// would leave a partition whose worker drained its queue idle for up
+    /// to a second).
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        let value = value.into();
+        self.settings.properties.retain(|(k, _)| *k != key);
+        self.settings.properties.push((key, value));
+        self
+    }
+
+    /// How many records per partition may wait for their handler.
+    ///
+    /// Each assigned partition is read by its worker from the partition's
+    /// own librdkafka queue, split off the consumer's main queue when the
+    /// partition is assigned (`rd_kafka_queue_get_partition`). librdkafka
+    /// fetches a partition while its queue holds fewer than this many
+    /// records: the value becomes librdkafka's `queued.min.messages` unless
+    /// that is [`set`](Self::set). A partition then holds about this many
+    /// records plus one fetch response (up to `max.partition.fetch.bytes`),
+    /// and at most `queued.max.messages.kbytes` (which applies per partition
+    /// with split queues). The worker takes the records that are ready in
+    /// batches of up to 64 or this many, whichever is smaller
+    /// (`rd_kafka_consume_batch_queue`), so up to that many more may wait in
+    /// the worker, already copied out of librdkafka.
+    /// Nothing is paused, and nothing is fetched twice (except after a
+    /// consume error, when the worker seeks its partition back to the next
+    /// record it has not taken).
+    ///
+    /// If a partition's queue cannot be split, the poll loop hands its
+    /// records to the worker through a buffer of this many records
+    /// instead: when the buffer stays full for 1 ms (at once for a second
+    /// after such a wait failed) the partition is paused
+    /// (`rd_kafka_pause_partitions`; librdkafka drops what it prefetched
+    /// for it) and resumed once the buffer has drained to half, with its
+    /// fetch restarted at once.
+    ///
+    /// With [`ProcessingOrder::Key`], it also bounds the records a
+    /// partition's worker has taken that are outside the contiguous
+    /// completed prefix (running, waiting behind a busy key, or completed
+    /// after an unfinished earlier record), so a partition holds at most
+    /// twice this many.
+    /// Defaults to 1,000. Must be at least 1.
+    pub fn max_buffered_records(mut self, records: usize) -> Self {
+        self.settings.max_buffered_records = records;
+        self
+    }
+
+    /// Whether each assigned partition is read from its own librdkafka
+    /// queue by its worker (`true`, the default), or every record comes
+    /// through the poll loop, which hands it to the partition's worker
+    /// through a buffer of [`max_buffered_records`](Self::max_buffered_records)
+    /// records and pauses the partition while that buffer stays full
+    /// (`false`: the path a partition whose queue cannot be split takes
+    /// anyway; with a fast handler about half the throughput of split
+    /// queues). With `false` the library does not set
+    /// `queued.min.messages` or `fetch.queue.backoff.ms`.
+    pub fn split_partition_queues(mut self, enabled: bool) -> Self {
+        self.settings.split_partition_queues = enabled;
+        self
+    }
+
+    /// How often completed offsets are committed. Defaults to 1 s. Must be
+    /// more than zero.
+    pub fn commit_interval(mut self, interval: Duration) -> Self {
+        self.settings.commit_interval = interval;
+        self
+    }
+
+    /// Commit early, before [`commit_interval`](Self::commit_interval) has
+    /// passed, once this many records have completed since the last commit.
+    /// Defaults to 10,000. Must be at least 1.
+    pub fn commit_batch_records(mut self, records: usize) -> Self {
+        self.settings.commit_batch_records = records;
+        self
+    }
+    /// Backoff between attempts of a failing record: starts at `initial`,
+    /// doubles per attempt, capped at `max` (shorthand for
+    /// [`retry`](Self::retry) with [`RetryPolicy::backoff`]). Defaults to
+    /// 100 ms and 30 s. `initial` must be more than zero and at most `max`.
+    pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.settings.retry = self.settings.retry.backoff(initial, max);
+        self
+    }
+
+    /// How failing records are retried: attempts, backoff, jitter. Defaults
+    /// to [`RetryPolicy::default`] (5 attempts, 100 ms doubling to 30 s,
+    /// jitter 0.2). No offset after a failing record is committed while it
+    /// is retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.settings.retry = policy;
+        self
+    }
+
+    /// What happens to a record whose attempts ran out, or that failed with
+    /// a [`permanent`](crate::permanent) error. Defaults to
+    /// [`OnExhausted::Block`](crate::failure::OnExhausted::Block): the partition stops at the record and keeps
+    /// retrying at the capped backoff.
+    pub fn on_exhausted(mut self, policy: OnExhausted) -> Self {
+        self.settings.on_exhausted = policy;
+        self
+    }
+
+    /// The guard that stops dead-lettering when too many recent records
+    /// fail. Defaults to [`StormGuard::default`] (more than 50 % of the
+    /// records of the last 60 s, once 20 finished). Only matters with
+    /// [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter).
+    pub fn storm_guard(mut self, guard: StormGuard) -> Self {
+        self.settings.storm_guard = guard;
+        self
+    }
+
+    /// Adds a freshness objective: its share of records processed within
+    /// its threshold is counted exactly in
+    /// [`SLO_MESSAGES`](crate::metrics::SLO_MESSAGES), its threshold becomes
+    /// an event-age bucket boundary, and its compliance and burn rate are
+    /// evaluated in process ([`HealthSnapshot::objectives`](crate::HealthSnapshot::objectives)).
+    /// Call once per objective; none by default. See [`slo`](crate::slo).
+    pub fn freshness_objective(mut self, objective: FreshnessObjective) -> Self {
+        self.settings.objectives.push(objective);
+        self
+    }
+
+    /// The short and long windows of the in-process objective evaluation.
+    /// Defaults to 5 min and 1 h. Both more than zero, `short < long`.
+    pub fn slo_windows(mut self, short: Duration, long: Duration) -> Self {
+        self.settings.slo_windows = (short, long);
+        self
+    }
+
+    /// A handler attempt that runs longer than this is abandoned (its future
+    /// dropped) and counts as a failed attempt with `error.type=timeout`.
+    /// Defaults to no timeout. Must be more than zero.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.handler_timeout = Some(timeout);
+        self
+    }
+
+    /// How long a revoke waits for handlers already running on the revoked
+    /// partitions before it commits what completed and gives the partitions
+    /// up. A handler still running then finishes on its own, and its result is
+    /// dropped (the record is redelivered to the partition's new owner).
+    /// Defaults to 10 s. Must be below `max.poll.interval.ms`.
+    pub fn revoke_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.revoke_timeout = timeout;
+        self
+    }
+
+    /// The bound on shutdown: handlers running when the shutdown signal fires
+    /// may finish, completed offsets are committed and the group is left, all
+    /// within this time, even when the broker is unreachable. Defaults to 30 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The share of `max.poll.interval.ms` after which a gap between two polls
+    /// counts as a poll-interval warning. Defaults to 0.8. Must be in (0, 1].
+    pub fn poll_warning_ratio(mut self, ratio: f64) -> Self {
+        self.settings.poll_warning_ratio = ratio;
+        self
+    }
+
+    /// The meter the library's instruments are built from. Defaults to the
+    /// global meter provider's meter for this crate
+    /// (`opentelemetry::global::meter_with_scope`, scope `fresh-consumer`
+    /// with the crate version).
+    pub fn meter(mut self, meter: Meter) -> Self {
+        self.settings.meter = Some(meter);
+        self
+    }
+
+    /// Builds the instruments from this SDK meter provider and flushes it when
+    /// the consumer shuts down, so the last export interval is not lost. The
+    /// caller still owns the provider's `shutdown()`.
+    pub fn meter_provider(mut self, provider: &SdkMeterProvider) -> Self {
+        self.settings.meter_provider = Some(provider.clone());
+        self
+    }
+
+    /// Takes the event time from this header instead of the Kafka record
+    /// timestamp: the value is the event time in milliseconds since the Unix
+    /// epoch, as ASCII decimal digits (or 8 bytes big-endian). A record
+    /// without a parsable header counts as a record without timestamp.
+    /// Defaults to the record timestamp.
+    pub fn event_time_header(mut self, name: impl Into<String>) -> Self {
+        self.settings.event_time_header = Some(name.into());
+        self
+    }
+
+    /// Whether records reach the handler with their headers. Defaults to
+    /// `true`.
+    ///
+    /// librdkafka parses a record's header block when asked for it
+    /// (`rd_kafka_message_headers`), and in librdkafka 2.12 that allocates
+    /// a parse buffer even for a record without headers: about 10 % of the
+    /// CPU with a no-op handler in this crate's throughput bench. A consumer
+    /// whose handler never reads headers can turn it off, as Confluent's
+    /// .NET client does with `dotnet.consumer.enable.headers`. With `false`,
+    /// [`Record::headers`](crate::Record::headers) is always empty.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidOption`] (option `read_headers`) from
+    /// [`validate`](Self::validate) and `run_until` when `false` is combined
+    /// with [`event_time_header`](Self::event_time_header) (the event time
+    /// comes from a header) or with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter) (a
+    /// dead-letter record carries the original record's headers).
+    pub fn read_headers(mut self, enabled: bool) -> Self {
+        self.settings.read_headers = enabled;
+        self
+    }
+
+    /// The order in which each partition's records go through the handler.
+    /// Defaults to [`ProcessingOrder::Partition`]: one record of a partition
+    /// at a time, in offset order. [`ProcessingOrder::Key`] runs records
+    /// with different keys of the same partition concurrently (up to
+    /// `max_in_flight`, which must be at least 1) and keeps each key in
+    /// offset order; commits still cover only the contiguous run of
+    /// completed records.
+    pub fn processing_order(mut self, order: ProcessingOrder) -> Self {
+        self.settings.processing_order = order;
+        self
+    }
+
+    /// A handle to this consumer's health, to query from another task while
+    /// it runs (for a liveness or readiness probe). Get it before calling
+    /// [`run_until`](Self::run_until). Before the run the snapshot says
+    /// [`ConsumerState::NotStarted`](crate::health::ConsumerState::NotStarted), after it [`ConsumerState::Stopped`](crate::health::ConsumerState::Stopped).
+    pub fn health_handle(&self) -> HealthHandle {
+        self.settings.health.handle()
+    }
+
+    /// The thresholds of the health evaluation. Defaults to
+    /// [`HealthThresholds::default`](crate::health::HealthThresholds::default). Every threshold must be more than
+    /// zero.
+    pub fn health_thresholds(mut self, thresholds: HealthThresholds) -> Self {
+        self.settings.health.thresholds = thresholds;
+        self
+    }
+
+    /// What to do when a partition's offset is out of range (a retention
+    /// overrun, or a committed offset above the high watermark). Defaults to
+    /// [`RetentionOverrunPolicy::Earliest`].
+    pub fn retention_overrun_policy(mut self, policy: RetentionOverrunPolicy) -> Self {
+        self.settings.health.retention_policy = policy;
+        self
+    }
+
+    /// How often librdkafka reports its statistics
+    /// (`statistics.interval.ms`), the source of the high watermark and log
+    /// start offset in the lag gauges and the snapshot, and of the detection
+    /// of partitions whose fetch position fell out of range while running.
+    /// Defaults to 1 s ([`DEFAULT_STATISTICS_INTERVAL`](crate::health::DEFAULT_STATISTICS_INTERVAL)), or to the
+    /// `statistics.interval.ms` property when set. `Duration::ZERO` turns
+    /// statistics off: the high watermark is then the consumer's own
+    /// position (records not fetched yet are not counted), and an
+    /// out-of-range position is found by reading every partition's
+    /// watermarks. At most 24 h; milliseconds.
+    pub fn statistics_interval(mut self, interval: Duration) -> Self {
+        self.settings.health.statistics_interval = Some(interval);
+        self
+    }
+
+    /// Checks the configuration without touching the network: the library's
+    /// options, the required settings, and every librdkafka property (name and
+    /// value) through librdkafka's own configuration parser.
+    ///
+    /// # Errors
+    /// The first problem found, as a [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.settings.validate().map(|_| ())
+    }
+}
 
 impl<H: Handler> FreshConsumer<H> {
     /// Runs the consumer until the process ends (or a fatal Kafka error).
@@ -81,704 +409,296 @@ impl<H: Handler> FreshConsumer<H> {
         S: Future<Output = ()>,
     {
         let FreshConsumer { handler, settings } = self;
-        let validated = settings.validate()?;
-        let runtime = Handle::try_current().map_err(|_| RunError::NoRuntime)?;
-        let meter = match (&settings.meter, &settings.meter_provider) {
-            (Some(m), _) => m.clone(),
-            (None, Some(p)) => p.meter_with_scope(scope()),
-            (None, None) => opentelemetry::global::meter_with_scope(scope()),
-        };
-        let slo = Arc::new(crate::slo::SloRegistry::new(
-            &settings.objectives,
-            settings.slo_windows.0,
-            settings.slo_windows.1,
-        ));
-        let _ = settings.health.hub.slo.set(Arc::clone(&slo));
-        let instruments = Instruments::new(&meter, &validated.group_id, slo);
-        // Partition health: its hub exists since the builder (for handles
-        // taken before the run); it reports `Stopped` once this returns.
-        let health = Arc::clone(&settings.health.hub);
-        let _health_run = crate::health::RunGuard::new(&health);
-        health.register_instruments(&meter, &validated.group_id);
-        let dead_letter = match &settings.on_exhausted {
-            OnExhausted::DeadLetter(config) => {
-                let properties: Vec<(String, String)> = validated
-                    .client_config
-                    .config_map()
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect();
-                let producer_config = DeadLetterWriter::producer_config(&properties, config);
-                Some(
-                    DeadLetterWriter::new(
-                        producer_config,
-                        config.clone(),
-                        validated.group_id.clone(),
-                    )
-                    .map_err(RunError::Client)?,
-                )
+        crate::engine::run(handler, settings, signal).await
+    }
+}
+
+impl<H> fmt::Debug for FreshConsumer<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
+        f.debug_struct("FreshConsumer")
+            .field("handler", &std::any::type_name::<H>())
+            .field("bootstrap_servers", &s.bootstrap_servers)
+            .field("group_id", &s.group_id)
+            .field("topics", &s.topics)
+            .field("properties", &RedactedProperties(&s.properties))
+            .field("max_buffered_records", &s.max_buffered_records)
+            .field("split_partition_queues", &s.split_partition_queues)
+            .field("commit_interval", &s.commit_interval)
+            .field("commit_batch_records", &s.commit_batch_records)
+            .field("retry", &s.retry)
+            .field("on_exhausted", &s.on_exhausted)
+            .field("storm_guard", &s.storm_guard)
+            .field("handler_timeout", &s.handler_timeout)
+            .field("objectives", &s.objectives)
+            .field("slo_windows", &s.slo_windows)
+            .field("revoke_timeout", &s.revoke_timeout)
+            .field("shutdown_timeout", &s.shutdown_timeout)
+            .field("poll_warning_ratio", &s.poll_warning_ratio)
+            .field("event_time_header", &s.event_time_header)
+            .field("read_headers", &s.read_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{is_secret_property, secret_fragments};
+    use crate::health::{ConsumerState, HealthReason, HealthStatus};
+
+    fn base() -> FreshConsumer<()> {
+        FreshConsumer::new(())
+            .bootstrap_servers("localhost:9092")
+            .group_id("g")
+            .topics(["t"])
+    }
+
+    #[test]
+    fn a_complete_config_validates() {
+        base().validate().unwrap();
+    }
+
+    #[test]
+    fn missing_required_settings_are_typed_errors() {
+        let e = FreshConsumer::new(())
+            .group_id("g")
+            .topics(["t"])
+            .validate();
+        assert_eq!(e, Err(ConfigError::MissingBootstrapServers));
+        let e = FreshConsumer::new(())
+            .bootstrap_servers("b:1")
+            .topics(["t"])
+            .validate();
+        assert_eq!(e, Err(ConfigError::MissingGroupId));
+        let e = FreshConsumer::new(())
+            .bootstrap_servers("b:1")
+            .group_id("g")
+            .validate();
+        assert_eq!(e, Err(ConfigError::MissingTopics));
+        let e = base().topics([""]).validate();
+        assert_eq!(e, Err(ConfigError::EmptyTopicName));
+    }
+
+    #[test]
+    fn auto_commit_names_the_library_option() {
+        let e = base()
+            .set("enable.auto.commit", "true")
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::AutoCommit {
+                property: "enable.auto.commit",
+                instead: "commit_interval"
             }
-            _ => None,
-        };
-        let (commit_tx, commit_rx) = std::sync::mpsc::channel();
-        let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::new(SharedInit {
-            max_buffered_records: settings.max_buffered_records,
-            split_partition_queues: settings.split_partition_queues,
-            commit_batch_records: settings.commit_batch_records,
-            processing_order: settings.processing_order,
-            retry: settings.retry.clone(),
-            handler_timeout: settings.handler_timeout,
-            dead_letter,
-            on_exhausted: settings.on_exhausted.clone(),
-            storm_guard: settings.storm_guard.clone(),
-            revoke_timeout: settings.revoke_timeout,
-            event_time_header: settings.event_time_header.clone(),
-            read_headers: settings.read_headers,
-            runtime,
-            instruments,
-            commit_tx,
-            ctrl_tx,
-            poll_clock: PollClock::new(),
-            health: Arc::clone(&health),
-        }));
-        let ctx = Ctx {
-            shared: Arc::clone(&shared),
-            handler: Arc::new(handler),
-            secrets: validated.secrets.clone(),
-            consumer: std::sync::OnceLock::new(),
-            queues: std::sync::Mutex::new(Vec::new()),
-        };
-        let consumer: Arc<Kafka<H>> = Arc::new(
-            validated
-                .client_config
-                .create_with_context(ctx)
-                .map_err(RunError::Client)?,
         );
-        let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
-        let topics: Vec<&str> = validated.topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&topics).map_err(RunError::Client)?;
+        assert!(e.to_string().contains("commit_interval"));
+        let e = base()
+            .set("enable.auto.offset.store", "true")
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::AutoCommit { .. }));
+        // librdkafka's other spellings of true and false.
+        for v in ["1", "T", "TRUE"] {
+            let e = base().set("enable.auto.commit", v).validate().unwrap_err();
+            assert!(matches!(e, ConfigError::AutoCommit { .. }), "{v}");
+        }
+        for v in ["false", "0", "f"] {
+            base().set("enable.auto.commit", v).validate().unwrap();
+        }
+    }
 
-        let committer = {
-            let consumer = Arc::clone(&consumer);
-            let shared = Arc::clone(&shared);
-            let interval = settings.commit_interval;
-            std::thread::Builder::new()
-                .name("fresh-consumer-commit".into())
-                .spawn(move || commit::run(consumer, shared, commit_rx, interval))
-                .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?
-        };
-        let warn_after = validated
-            .max_poll_interval
-            .mul_f64(settings.poll_warning_ratio);
-        let watchdog_stop = Arc::new(AtomicBool::new(false));
-        let watchdog = watchdog::spawn(
-            Arc::clone(&shared),
-            warn_after,
-            validated.max_poll_interval,
-            Arc::clone(&watchdog_stop),
-        )
-        .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?;
-        health.start(
-            &shared,
-            validated.health.clone(),
-            warn_after,
-            validated.max_poll_interval,
+    #[test]
+    fn librdkafka_rejects_unknown_and_invalid_properties_before_io() {
+        let e = base().set("no.such.property", "1").validate().unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "no.such.property"),
+            "{e:?}"
         );
-        crate::health::spawn(&shared, Arc::downgrade(&consumer))
-            .map_err(|e| RunError::Client(KafkaError::ClientCreation(e.to_string())))?;
-
-        let engine = Engine {
-            consumer,
-            shared: Arc::clone(&shared),
-            ctrl_rx,
-            tick: IDLE_POLL_TICK.min(warn_after / 4),
-            slots: Vec::new(),
-            slots_epoch: u64::MAX,
-            staged: Vec::new(),
-            received: 0,
-        };
-        let shutdown_timeout = settings.shutdown_timeout;
-        let provider = settings.meter_provider.clone();
-        let mut engine = engine;
-        let task = tokio::spawn(async move {
-            let stopped_by = engine.poll_loop().await;
-            let summary = engine
-                .shutdown(shutdown_timeout, committer, provider.as_ref())
-                .await;
-            (stopped_by, summary)
-        });
-        // Cancelling `run_until` (dropping its future) shuts the engine down too.
-        let _guard = shared.shutdown.clone().drop_guard();
-        tokio::pin!(signal);
-        tokio::pin!(task);
-        let (stopped_by, summary) = tokio::select! {
-            r = &mut task => r,
-            () = &mut signal => {
-                shared.shutdown.cancel();
-                (&mut task).await
-            }
-        }
-        .map_err(|e| RunError::Fatal(KafkaError::Canceled).with_join(e))?;
-        watchdog_stop.store(true, Ordering::Release);
-        watchdog.thread().unpark();
-        let _ = watchdog.join();
-        match stopped_by {
-            Stop::Signal => Ok(summary),
-            Stop::Fatal(e) => Err(RunError::Fatal(e)),
-        }
-    }
-}
-
-impl RunError {
-    fn with_join(self, e: tokio::task::JoinError) -> Self {
-        if e.is_panic() {
-            std::panic::resume_unwind(e.into_panic());
-        }
-        self
-    }
-}
-
-fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build()
-}
-
-enum Stop {
-    Signal,
-    Fatal(KafkaError),
-}
-
-/// The poll loop's view of one assigned partition.
-struct Slot {
-    state: Arc<PartitionState>,
-    /// Records taken from librdkafka in the current drain, with their event
-    /// time (ms), not yet handed to the worker.
-    staged: Vec<(Record, i64)>,
-    /// Records fetched while the worker's buffer was full (the partition is
-    /// paused meanwhile, or about to be); handed over in order before
-    /// anything newer.
-    overflow: VecDeque<Record>,
-    paused: bool,
-    /// Until when a full buffer pauses the partition without waiting.
-    slow_until: Option<Instant>,
-}
-
-/// The assigned partitions by topic, then partition number. A handful of
-/// topics at most: a scan comparing names beats hashing each record's topic.
-type Slots = Vec<(Arc<str>, Vec<Option<Slot>>)>;
-
-/// The slot of `topic`/`partition`, if assigned.
-fn slot_mut<'a>(slots: &'a mut Slots, topic: &str, partition: i32) -> Option<&'a mut Slot> {
-    slots
-        .iter_mut()
-        .find(|(t, _)| &**t == topic)
-        .and_then(|(_, v)| v.get_mut(usize::try_from(partition).ok()?))
-        .and_then(Option::as_mut)
-}
-
-/// The poll loop's slot of `state`, if it is still assigned.
-fn slot_of<'a>(slots: &'a mut Slots, state: &Arc<PartitionState>) -> Option<&'a mut Slot> {
-    slot_mut(slots, &state.topic, state.partition).filter(|s| Arc::ptr_eq(&s.state, state))
-}
-
-/// At most this many records are taken from librdkafka's queue per wake of
-/// the poll loop before they are handed to the workers. Handing records over
-/// in batches wakes each worker once per batch instead of once per record,
-/// and takes each partition's tracker lock once per batch.
-const MAX_DRAIN: usize = 256;
-
-struct Engine<H: Handler> {
-    consumer: Arc<Kafka<H>>,
-    shared: Arc<Shared>,
-    ctrl_rx: mpsc::UnboundedReceiver<Ctrl>,
-    tick: Duration,
-    /// Topic -> partition -> slot, refreshed when the assignment changes.
-    slots: Slots,
-    slots_epoch: u64,
-    /// Partitions with staged records, in the order they were first staged.
-    staged: Vec<Arc<PartitionState>>,
-    /// Records received in the current drain (added to the shared counter
-    /// once per drain).
-    received: u64,
-}
-
-impl<H: Handler> Engine<H> {
-    async fn poll_loop(&mut self) -> Stop {
-        let stop = self.shared.shutdown.clone();
-        self.shared.poll_clock.polled(&self.shared.instruments);
-        let consumer = Arc::clone(&self.consumer);
-        let shared = Arc::clone(&self.shared);
-        let tick = self.tick;
-        // One stream for the whole loop: `recv()` would register and remove
-        // a waker slot (a lock) per record.
-        let mut stream = consumer.stream();
-        loop {
-            let event = tokio::select! {
-                biased;
-                () = stop.cancelled() => return Stop::Signal,
-                Some(ctrl) = self.ctrl_rx.recv() => Err(ctrl),
-                // Every poll of the stream polls librdkafka's main queue
-                // (rebalance events, errors, and the records of partitions
-                // whose queue could not be split): each one ends a gap.
-                r = tokio::time::timeout(tick, std::future::poll_fn(|cx| {
-                    shared.poll_clock.polled(&shared.instruments);
-                    stream.poll_next_unpin(cx)
-                })) => Ok(r),
-            };
-            let first = match event {
-                Err(Ctrl::Drained(state)) => {
-                    self.refill(&state);
-                    continue;
-                }
-                // Idle tick (or the stream's end, which rdkafka never reports).
-                Ok(Err(_)) | Ok(Ok(None)) => continue,
-                Ok(Ok(Some(r))) => r,
-            };
-            // Take what librdkafka has ready (up to MAX_DRAIN records)
-            // without waiting, then hand it over.
-            let mut next = Some(first);
-            let mut error = None;
-            let mut taken = 0;
-            while let Some(r) = next.take() {
-                match r {
-                    Ok(message) => {
-                        // Rebalance callbacks run inside the poll: refresh first.
-                        self.refresh_slots();
-                        self.stage(message);
-                    }
-                    Err(e) => {
-                        error = Some(e);
-                        break;
-                    }
-                }
-                taken += 1;
-                if taken == MAX_DRAIN {
-                    break;
-                }
-                next = stream.next().now_or_never().flatten();
-            }
-            self.hand_over().await;
-            if let Some(e) = error
-                && let Some(fatal) = self.on_error(e)
-            {
-                return Stop::Fatal(fatal);
-            }
-        }
+        let e = base()
+            .set("session.timeout.ms", "soon")
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::InvalidProperty { .. }), "{e:?}");
     }
 
-    /// Takes one fetched record into its partition's staging batch.
-    fn stage(&mut self, message: BorrowedMessage<'_>) {
-        self.received += 1;
-        let Some(slot) = slot_mut(&mut self.slots, message.topic(), message.partition()) else {
-            // Fetched before a revoke: not ours any more, never committed by us.
-            self.shared
-                .counters
-                .unassigned
-                .fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let record = Record::from_message(&slot.state.topic, &message, self.shared.read_headers);
-        drop(message);
-        // The event time is kept with the offset for the head-of-line age.
-        let event_ms =
-            crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
-        if slot.staged.is_empty() {
-            self.staged.push(Arc::clone(&slot.state));
-        }
-        slot.staged.push((record, event_ms));
-    }
-
-    /// Hands the staged records to their workers: per partition, one tracker
-    /// lock and one burst of sends. A partition whose buffer filled keeps the
-    /// rest in its overflow and gets a short wait for room (then a pause).
-    async fn hand_over(&mut self) {
-        let received = std::mem::take(&mut self.received);
-        self.shared
-            .counters
-            .received
-            .fetch_add(received, Ordering::Relaxed);
-        let mut full = Vec::new();
-        for state in std::mem::take(&mut self.staged) {
-            let Some(slot) = slot_of(&mut self.slots, &state) else {
-                continue;
-            };
-            let mut batch = std::mem::take(&mut slot.staged);
-            state.metrics.consumed(batch.len() as u64);
-            {
-                // A record at or below the last delivered offset was fetched
-                // again after the library restarted the partition (an offset
-                // reset): its worker has it already.
-                let mut tracker = state.tracker.lock().unwrap_or_else(|e| e.into_inner());
-                batch.retain(|(r, event_ms)| tracker.delivered_at(r.offset(), *event_ms));
-            }
-            let mut closed = 0u64;
-            for (record, _) in batch.drain(..) {
-                if !slot.overflow.is_empty() {
-                    slot.overflow.push_back(record);
-                    continue;
-                }
-                match state.tx.try_send(record) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(record)) => slot.overflow.push_back(record),
-                    Err(TrySendError::Closed(_)) => closed += 1,
-                }
-            }
-            // Keep the staging buffer's allocation for the next drain.
-            slot.staged = batch;
-            if closed > 0 {
-                self.shared
-                    .counters
-                    .unassigned
-                    .fetch_add(closed, Ordering::Relaxed);
-                if !state.stop.is_cancelled() {
-                    // A worker reading its split queue dropped this channel:
-                    // librdkafka should never deliver that partition's
-                    // records here. They are tracked, never completed, so
-                    // the partition's commit holds below them (a stall the
-                    // partition health shows, never a lost record).
-                    tracing::error!(
-                        topic = %state.topic,
-                        partition = state.partition,
-                        records = closed,
-                        "records of a partition read from its own queue arrived on the main queue; its commits hold below them"
-                    );
-                }
-            }
-            if !slot.overflow.is_empty() && !slot.paused {
-                full.push(state);
-            }
-        }
-        for state in full {
-            self.wait_for_room(&state).await;
-        }
-    }
-
-    /// A partition's buffer is full and records wait in its overflow: hand
-    /// them over as room appears, and pause the partition only when no room
-    /// appeared for [`FULL_BUFFER_WAIT`] (a worker that keeps up frees a slot
-    /// in microseconds; the poll loop then runs at its pace). Pausing is not
-    /// free: librdkafka drops the partition's prefetched records and fetches
-    /// them again after the resume.
-    async fn wait_for_room(&mut self, state: &Arc<PartitionState>) {
-        let Some(slot) = slot_of(&mut self.slots, state) else {
-            return;
-        };
-        let slow = slot.slow_until.is_some_and(|until| Instant::now() < until);
-        let wait = if slow {
-            Duration::ZERO
-        } else {
-            FULL_BUFFER_WAIT
-        };
-        loop {
-            while let Some(record) = slot.overflow.pop_front() {
-                match state.tx.try_send(record) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(record)) => {
-                        slot.overflow.push_front(record);
-                        break;
-                    }
-                    Err(TrySendError::Closed(_)) => {
-                        let n = slot.overflow.len() as u64 + 1;
-                        slot.overflow.clear();
-                        self.shared
-                            .counters
-                            .unassigned
-                            .fetch_add(n, Ordering::Relaxed);
-                        return;
-                    }
-                }
-            }
-            if slot.overflow.is_empty() {
-                return;
-            }
-            match tokio::time::timeout(wait, state.tx.reserve()).await {
-                Ok(Ok(permit)) => {
-                    if let Some(record) = slot.overflow.pop_front() {
-                        permit.send(record);
-                    }
-                }
-                // Closed: the next try_send counts the rest as unassigned.
-                Ok(Err(_closed)) => {}
-                Err(_elapsed) => break,
-            }
-        }
-        if !slow {
-            slot.slow_until = Some(Instant::now() + SLOW_PARTITION_HOLD);
-        }
-        match self.consumer.pause(&single(state)) {
-            Ok(()) => slot.paused = true,
-            Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
-        }
-        request_resume(&self.shared, state);
-    }
-
-    fn on_error(&mut self, e: KafkaError) -> Option<KafkaError> {
-        match e.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::AutoOffsetReset) => {
-                // An offset out of range (librdkafka runs with
-                // auto.offset.reset=error): librdkafka stopped that
-                // partition's fetcher, the health thread decides and
-                // restarts it (see `crate::reset`).
-                tracing::debug!(error = %e, "offset out of range; handled by the library");
-                self.shared.health.offset_reset_error();
-                None
-            }
-            Some(RDKafkaErrorCode::PollExceeded) => {
-                self.shared.instruments.poll_exceeded();
-                tracing::error!(
-                    "max.poll.interval.ms exceeded: librdkafka left the group and the assignment is lost; it rejoins on the next poll"
-                );
-                None
-            }
-            _ => {
-                if let Some((code, reason)) = self.consumer.client().fatal_error() {
-                    tracing::error!(?code, %reason, "fatal librdkafka error; shutting down");
-                    return Some(e);
-                }
-                tracing::warn!(error = %e, "consume error");
-                None
-            }
-        }
-    }
-
-    fn refresh_slots(&mut self) {
-        let epoch = self.shared.epoch.load(Ordering::Acquire);
-        if epoch == self.slots_epoch {
-            return;
-        }
-        self.slots_epoch = epoch;
-        let mut old = std::mem::take(&mut self.slots);
-        for ((topic, partition), state) in self.shared.partitions().iter() {
-            let p = *partition as usize;
-            let kept = old
-                .iter_mut()
-                .find(|(t, _)| t == topic)
-                .and_then(|(_, v)| v.get_mut(p))
-                .filter(|s| s.as_ref().is_some_and(|s| Arc::ptr_eq(&s.state, state)))
-                .and_then(Option::take);
-            let slot = kept.unwrap_or_else(|| Slot {
-                slow_until: None,
-                state: Arc::clone(state),
-                staged: Vec::new(),
-                overflow: VecDeque::new(),
-                paused: false,
-            });
-            let i = match self.slots.iter().position(|(t, _)| t == topic) {
-                Some(i) => i,
-                None => {
-                    self.slots.push((Arc::clone(topic), Vec::new()));
-                    self.slots.len() - 1
-                }
-            };
-            let v = &mut self.slots[i].1;
-            if v.len() <= p {
-                v.resize_with(p + 1, || None);
-            }
-            v[p] = Some(slot);
-        }
-        // Records staged for a partition that is no longer ours were never
-        // delivered: they are not tracked, so never committed by us.
-        let dropped: usize = old
-            .iter()
-            .flat_map(|(_, v)| v.iter().flatten())
-            .map(|s| s.staged.len())
-            .sum();
-        if dropped > 0 {
-            self.shared
-                .counters
-                .unassigned
-                .fetch_add(dropped as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// A paused partition's worker drained to half: hand over the overflow
-    /// and resume fetching once it is empty.
-    fn refill(&mut self, state: &Arc<PartitionState>) {
-        self.refresh_slots();
-        let Some(slot) = slot_of(&mut self.slots, state) else {
-            return;
-        };
-        while let Some(r) = slot.overflow.pop_front() {
-            match slot.state.tx.try_send(r) {
-                Ok(()) => {}
-                Err(TrySendError::Full(r)) => {
-                    slot.overflow.push_front(r);
-                    request_resume(&self.shared, &slot.state);
-                    return;
-                }
-                Err(TrySendError::Closed(_)) => {
-                    slot.overflow.clear();
-                    return;
-                }
-            }
-        }
-        if slot.paused {
-            let tpl = single(&slot.state);
-            match self.consumer.resume(&tpl) {
-                Ok(()) => {
-                    slot.paused = false;
-                    restart_fetch(&*self.consumer, &slot.state);
-                }
-                Err(e) => tracing::warn!(error = %e, "resuming a drained partition failed"),
-            }
-        }
-    }
-
-    async fn shutdown(
-        self,
-        timeout: Duration,
-        committer: std::thread::JoinHandle<()>,
-        provider: Option<&opentelemetry_sdk::metrics::SdkMeterProvider>,
-    ) -> RunSummary {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        self.shared.poll_clock.suspend();
-        self.shared.shutdown.cancel();
-        let mut timed_out = false;
-        // 1. Handlers that are running finish (up to half the budget).
-        let states = self.shared.assigned();
-        let handlers_deadline = started + timeout / 2;
-        let wait = {
-            let states = states.clone();
-            tokio::task::spawn_blocking(move || {
-                states
-                    .iter()
-                    .filter(|s| !s.wait_stopped_blocking(handlers_deadline))
-                    .count()
-            })
-        };
-        let still_running = wait.await.unwrap_or(states.len());
-        if still_running > 0 {
-            timed_out = true;
-            tracing::warn!(
-                still_running,
-                "shutdown: handlers still running at the deadline; their records stay uncommitted"
+    #[test]
+    fn library_options_are_checked() {
+        for c in [
+            base().max_buffered_records(0),
+            base().commit_interval(Duration::ZERO),
+            base().commit_batch_records(0),
+            base().retry_backoff(Duration::from_secs(2), Duration::from_secs(1)),
+            base().poll_warning_ratio(0.0),
+            base().poll_warning_ratio(1.5),
+            base()
+                .set("max.poll.interval.ms", "5000")
+                .revoke_timeout(Duration::from_secs(6)),
+        ] {
+            assert!(
+                matches!(c.validate(), Err(ConfigError::InvalidOption { .. })),
+                "{c:?}"
             );
         }
-        // 2. Commit completed work synchronously.
-        let (reply, rx) = std::sync::mpsc::channel();
-        let cmd = CommitCmd::Sync { only: None, reply };
-        if self.shared.commit_tx.send(cmd).is_ok() {
-            let budget = deadline
-                .saturating_duration_since(Instant::now())
-                .mul_f64(0.5);
-            let r = tokio::task::spawn_blocking(move || rx.recv_timeout(budget)).await;
-            match r {
-                Ok(Ok(Ok(_))) => {}
-                Ok(Ok(Err(e))) => {
-                    tracing::warn!(error = %e, "shutdown: final commit failed; uncommitted records will be redelivered");
-                }
-                _ => {
-                    timed_out = true;
-                    tracing::warn!(
-                        "shutdown: final commit did not finish in time; uncommitted records will be redelivered"
-                    );
-                }
-            }
+    }
+
+    #[test]
+    fn partition_eof_events_are_refused() {
+        for v in ["true", "T", "1"] {
+            let e = base()
+                .set("enable.partition.eof", v)
+                .validate()
+                .unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "enable.partition.eof"),
+                "{v}: {e:?}"
+            );
         }
-        // Nothing is committed after this point; a revoke during close is a no-op.
-        self.shared.closing.store(true, Ordering::Release);
-        self.shared.remove(&states, Duration::from_millis(100));
-        let _ = self.shared.commit_tx.send(CommitCmd::Stop);
-        // 3. Leave the group (closing blocks, so it runs on a thread of its
-        // own) while the metrics are flushed, so a silent collector cannot
-        // delay the group leave and the other members' rebalance.
-        let summary = self.summary();
-        let consumer = self.consumer;
-        drop(self.slots);
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let closer = std::thread::Builder::new()
-            .name("fresh-consumer-close".into())
-            .spawn(move || {
-                let _ = committer.join();
-                drop(consumer);
-                let _ = done_tx.send(());
-            });
-        // 4. Flush metrics so the last interval is not lost.
-        if let Some(provider) = provider {
-            let budget = deadline.saturating_duration_since(Instant::now());
-            if !crate::export::flush(provider, budget).await {
-                timed_out = true;
-            }
-        }
-        if closer.is_ok() {
-            let budget = deadline.saturating_duration_since(Instant::now());
-            if tokio::time::timeout(budget, done_rx).await.is_err() {
-                timed_out = true;
-                tracing::warn!(
-                    "shutdown: leaving the group did not finish in time (broker unreachable?); returning anyway"
-                );
-            }
-        }
-        RunSummary {
-            shutdown_timed_out: timed_out,
-            ..summary
+        for v in ["false", "F", "0"] {
+            base().set("enable.partition.eof", v).validate().unwrap();
         }
     }
 
-    fn summary(&self) -> RunSummary {
-        let c = &self.shared.counters;
-        RunSummary {
-            records_received: c.received.load(Ordering::Relaxed),
-            records_succeeded: c.succeeded.load(Ordering::Relaxed),
-            failed_attempts: c.failed_attempts.load(Ordering::Relaxed),
-            late_completions: c.late_completions.load(Ordering::Relaxed),
-            records_unassigned: c.unassigned.load(Ordering::Relaxed),
-            commits: c.commits.load(Ordering::Relaxed),
-            commit_failures: c.commit_failures.load(Ordering::Relaxed),
-            rebalances: c.rebalances.load(Ordering::Relaxed),
-            committed: self
-                .shared
-                .committed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-            shutdown_timed_out: false,
+    #[test]
+    fn turning_headers_off_conflicts_with_options_that_need_them() {
+        base().read_headers(false).validate().unwrap();
+        for c in [
+            base().read_headers(false).event_time_header("event-time"),
+            base()
+                .read_headers(false)
+                .on_exhausted(OnExhausted::DeadLetter(Default::default())),
+        ] {
+            assert!(
+                matches!(
+                    c.validate(),
+                    Err(ConfigError::InvalidOption {
+                        option: "read_headers",
+                        ..
+                    })
+                ),
+                "{c:?}"
+            );
         }
     }
-}
 
-/// Makes librdkafka fetch a just-resumed partition now. A resume does not
-/// wake the broker thread: when the resumed partition was the only one that
-/// broker thread had to fetch, it idles on I/O for up to a second first
-/// (measured: ~0.9 s stalls of a hot partition after each resume). A seek
-/// to the partition's current position (where the resume fetches from
-/// anyway) starts the fetcher, which wakes the broker thread. Asynchronous:
-/// a seek that fails leaves the plain resume in place.
-fn restart_fetch<C: Consumer<Ctx<H>>, H: Handler>(consumer: &C, state: &PartitionState) {
-    let position = consumer.position().ok().and_then(|tpl| {
-        tpl.find_partition(&state.topic, state.partition)
-            .map(|e| e.offset())
-    });
-    if let Some(offset @ Offset::Offset(_)) = position
-        && let Err(e) = consumer.seek(&state.topic, state.partition, offset, Duration::ZERO)
-    {
-        tracing::debug!(error = %e, "restarting the fetch of a resumed partition failed");
+    #[test]
+    fn secrets_never_show_in_debug_or_errors() {
+        let c = base()
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanisms", "PLAIN")
+            .set("sasl.username", "alice")
+            .set("sasl.password", "hunter2-very-secret")
+            .set("sasl.oauthbearer.client.secret", "s3cr3t-oauth")
+            .set("ssl.key.password", "keypass-xyz");
+        let dbg = format!("{c:?}");
+        for secret in ["hunter2-very-secret", "s3cr3t-oauth", "keypass-xyz"] {
+            assert!(!dbg.contains(secret), "{dbg}");
+        }
+        assert!(dbg.contains("alice"));
+        // An invalid value for a secret property is reported without the value.
+        let e = base()
+            .set("sasl.oauthbearer.config", "\u{0}hunter2-very-secret")
+            .validate();
+        if let Err(e) = e {
+            assert!(!format!("{e} {e:?}").contains("hunter2-very-secret"));
+        }
     }
-}
 
-fn single(state: &PartitionState) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::with_capacity(1);
-    tpl.add_partition(&state.topic, state.partition);
-    tpl
-}
+    #[test]
+    fn secret_fragments_cover_values_and_their_parts() {
+        let props = [
+            ("sasl.username".to_owned(), "alice".to_owned()),
+            ("sasl.password".to_owned(), "pw".to_owned()),
+            (
+                "sasl.oauthbearer.config".to_owned(),
+                "principal=u extension_x=ext-secret tail-secret".to_owned(),
+            ),
+            (
+                "sasl.oauthbearer.assertion.private.key.passphrase".to_owned(),
+                "phrase-1".to_owned(),
+            ),
+        ];
+        let f = secret_fragments(&props);
+        for want in [
+            "pw",
+            "principal=u extension_x=ext-secret tail-secret",
+            "extension_x=ext-secret",
+            "ext-secret",
+            "tail-secret",
+            "principal=u",
+            "phrase-1",
+        ] {
+            assert!(f.iter().any(|s| s == want), "{want} missing from {f:?}");
+        }
+        assert!(!f.iter().any(|s| s == "alice" || s == "u"), "{f:?}");
+        assert!(
+            f.windows(2).all(|w| w[0].len() >= w[1].len()),
+            "longest first"
+        );
+        for key in [
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.private.key.pem",
+        ] {
+            assert!(is_secret_property(key), "{key}");
+        }
+        assert!(!is_secret_property("ssl.certificate.pem"));
+    }
 
-/// Asks for a [`Ctrl::Drained`] once the partition's buffer has drained to
-/// half. The worker checks `wants_resume` only when it takes a record, so a
-/// worker that emptied its buffer before the flag was raised (for example
-/// during the synchronous `pause` call) would never ask, and the partition
-/// would stay paused with its overflow stuck: check the buffer again after
-/// raising the flag, and ask on the worker's behalf. The fences pair with the
-/// worker's (store flag / read buffer here, take record / read flag there).
-fn request_resume(shared: &Shared, state: &Arc<PartitionState>) {
-    state.wants_resume.store(true, Ordering::SeqCst);
-    std::sync::atomic::fence(Ordering::SeqCst);
-    let buffered = state.tx.max_capacity() - state.tx.capacity();
-    if buffered <= shared.max_buffered_records / 2
-        && state.wants_resume.swap(false, Ordering::SeqCst)
-    {
-        let _ = shared.ctrl_tx.send(Ctrl::Drained(Arc::clone(state)));
+    #[test]
+    fn options_are_validated() {
+        let base = || {
+            FreshConsumer::new(())
+                .bootstrap_servers("b:1")
+                .group_id("g")
+                .topics(["t"])
+        };
+        base().validate().unwrap();
+        assert!(matches!(
+            base()
+                .health_thresholds(HealthThresholds::default().with_stall_after(Duration::ZERO))
+                .validate(),
+            Err(ConfigError::InvalidOption {
+                option: "health_thresholds",
+                ..
+            })
+        ));
+        assert!(matches!(
+            base().set("auto.offset.reset", "sometimes").validate(),
+            Err(ConfigError::InvalidProperty { property, .. }) if property == "auto.offset.reset"
+        ));
+        base()
+            .set("auto.offset.reset", "latest")
+            .validate()
+            .unwrap();
+        base()
+            .statistics_interval(Duration::ZERO)
+            .validate()
+            .unwrap();
+        assert!(matches!(
+            base()
+                .statistics_interval(Duration::from_secs(100_000))
+                .validate(),
+            Err(ConfigError::InvalidOption {
+                option: "statistics_interval",
+                ..
+            })
+        ));
+        assert!(
+            base()
+                .set("statistics.interval.ms", "often")
+                .validate()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_handle_before_the_run_says_not_started() {
+        let c = FreshConsumer::new(()).group_id("g");
+        let s = c.health_handle().snapshot();
+        assert_eq!(s.state, ConsumerState::NotStarted);
+        assert_eq!(s.status, HealthStatus::Degraded);
+        assert_eq!(s.reasons, vec![HealthReason::NotStarted]);
+        assert!(s.partitions.is_empty());
     }
 }

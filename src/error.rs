@@ -66,6 +66,10 @@ pub enum RunError {
     /// librdkafka could not create the consumer or subscribe.
     #[error("kafka client error")]
     Client(#[source] KafkaError),
+    /// One of the consumer's threads (committer, poll-interval watchdog,
+    /// health) could not be started; nothing was consumed.
+    #[error("could not start a consumer thread")]
+    Thread(#[source] std::io::Error),
     /// `run_until` was called outside a tokio runtime.
     #[error("no tokio runtime: run the consumer inside a tokio runtime")]
     NoRuntime,

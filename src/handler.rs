@@ -3,7 +3,7 @@
 use std::error::Error;
 use std::future::Future;
 
-use crate::Record;
+use crate::record::Record;
 
 /// The error type handlers may return: any error that is `Send + Sync`.
 /// A handler's own error type converts into it through `Into<BoxError>`.

@@ -67,46 +67,40 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-mod commit;
+mod clock;
 mod config;
 mod consumer;
-mod context;
-pub mod dead_letter;
+mod engine;
 mod error;
-mod export;
 pub mod failure;
 mod handler;
 pub mod health;
-mod instruments;
 pub mod metrics;
 mod ordering;
 pub mod otlp;
-mod partition;
 mod record;
-mod reset;
-mod shared;
 pub mod slo;
-mod stats;
 mod summary;
-mod tracker;
-mod watchdog;
 
 /// Not part of the API (no semver promise): the library's own success-path
-/// instrumentation, for `benches/instrumentation.rs`.
+/// instrumentation, for `benches/instrumentation.rs`. Compiled only with
+/// the `__bench` feature.
+#[cfg(feature = "__bench")]
 #[doc(hidden)]
 pub mod __bench;
 
 pub use config::{
     DEFAULT_COMMIT_BATCH_RECORDS, DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_BUFFERED_RECORDS,
-    DEFAULT_POLL_WARNING_RATIO, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
-    DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT, FreshConsumer,
+    DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
 };
-pub use consumer::IDLE_POLL_TICK;
+pub use consumer::FreshConsumer;
 pub use error::{ConfigError, RunError};
+pub use failure::dead_letter;
 pub use failure::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
-    DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter,
-    DeadLetterHeaders, OnExhausted, Permanent, RetryPolicy, StormGuard, permanent,
+    DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF, DEFAULT_STORM_MAX_FAILURE_RATIO,
+    DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
+    Permanent, RetryPolicy, StormGuard, permanent,
 };
 pub use handler::{BoxError, Handler};
 pub use health::{

@@ -345,6 +345,73 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Where the event time of a succeeded record came from, for the age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventTime {
+    /// Milliseconds since the epoch, from the record timestamp.
+    Record(RecordTimestamp),
+    /// Milliseconds since the epoch, from the event-time header.
+    Header(i64),
+    /// No usable event time.
+    Missing,
+}
+
+impl EventTime {
+    /// The event time of `record`: its Kafka timestamp, or the value of the
+    /// event-time header named by `header` when one is configured.
+    pub(crate) fn of(header: Option<&str>, record: &Record) -> Self {
+        match header {
+            None => EventTime::Record(record.timestamp()),
+            Some(name) => match record
+                .header(name)
+                .flatten()
+                .and_then(parse_event_time_header)
+            {
+                Some(ms) => EventTime::Header(ms),
+                None => EventTime::Missing,
+            },
+        }
+    }
+
+    /// Milliseconds since the Unix epoch, when usable.
+    pub(crate) fn millis(self) -> Option<i64> {
+        match self {
+            EventTime::Record(ts) => ts.millis(),
+            EventTime::Header(ms) if ms >= 0 => Some(ms),
+            _ => None,
+        }
+    }
+}
+
+/// Parses an event-time header value: ASCII decimal milliseconds since the
+/// epoch, or 8 bytes big-endian.
+pub(crate) fn parse_event_time_header(value: &[u8]) -> Option<i64> {
+    if let Ok(s) = std::str::from_utf8(value)
+        && let Ok(ms) = s.trim().parse::<i64>()
+    {
+        return (ms >= 0).then_some(ms);
+    }
+    let bytes: [u8; 8] = value.try_into().ok()?;
+    let ms = i64::from_be_bytes(bytes);
+    (ms >= 0).then_some(ms)
+}
+
+/// The event time of a fetched record in milliseconds since the Unix epoch,
+/// as the event-age histogram takes it (record timestamp, or the
+/// event-time header); `now_ms` when it has none.
+pub(crate) fn event_time_ms(header: Option<&str>, record: &Record) -> i64 {
+    EventTime::of(header, record)
+        .millis()
+        .unwrap_or_else(|| unix_ms(SystemTime::now()))
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +507,19 @@ mod tests {
             got
         };
         assert!(none.is_none());
+    }
+
+    #[test]
+    fn event_time_header_formats() {
+        assert_eq!(
+            parse_event_time_header(b"1700000000000"),
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(
+            parse_event_time_header(&1_700_000_000_000i64.to_be_bytes()),
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(parse_event_time_header(b"-5"), None);
+        assert_eq!(parse_event_time_header(b"soon"), None);
     }
 }

@@ -109,7 +109,7 @@ fn logged_warnings(max_poll_ms: u64) -> usize {
         .lock()
         .unwrap()
         .iter()
-        .filter(|c| c.target == "fresh_consumer::watchdog" && c.fields.contains(&wanted))
+        .filter(|c| c.target == "fresh_consumer::engine::watchdog" && c.fields.contains(&wanted))
         .count()
 }
 

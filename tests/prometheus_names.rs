@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const METRICS_RS: &str = include_str!("../src/metrics.rs");
+const METRICS_RS: &str = include_str!("../src/metrics/names.rs");
 const SLO_MD: &str = include_str!("../docs/slo.md");
 
 /// The SLO counter and its attributes as planned (issue 6), used only while

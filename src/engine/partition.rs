@@ -14,19 +14,22 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::dead_letter::{DeadLetterWriter, FailureInfo};
+use crate::engine::tracker::OffsetTracker;
+use crate::engine::{Ctrl, Engine};
+use crate::failure::Decision;
+use crate::failure::dead_letter::{DeadLetterWriter, FailureInfo};
 use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
-use crate::instruments::{AttemptError, EventTime, PartitionInstruments};
+use crate::health::partition::PartitionHealth;
+use crate::metrics::instruments::{AttemptError, PartitionInstruments};
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
+use crate::record::EventTime;
 use crate::record::Record;
-use crate::shared::{Ctrl, Decision, Shared};
-use crate::tracker::OffsetTracker;
 
 /// A partition's own librdkafka queue (`split_partition_queue`), split
 /// before the partition is assigned.
 pub(crate) type PartitionQueue<H> =
-    rdkafka::consumer::stream_consumer::StreamPartitionQueue<crate::context::Ctx<H>>;
+    rdkafka::consumer::stream_consumer::StreamPartitionQueue<crate::engine::context::Ctx<H>>;
 
 /// A second handle on a partition's own librdkafka queue (rust-rdkafka does
 /// not expose the split queue's handle), for the worker to read records in
@@ -237,7 +240,7 @@ enum Source<'a, H: Handler> {
 struct SplitSource<'a, H: Handler> {
     /// Waits for the queue to fill (librdkafka's queue callback wakes the
     /// task); reads one message at a time when `handle` is `None`.
-    stream: rdkafka::consumer::MessageStream<'a, crate::context::Ctx<H>>,
+    stream: rdkafka::consumer::MessageStream<'a, crate::engine::context::Ctx<H>>,
     /// Reads ready messages in batches, and the queue's length.
     handle: Option<&'a QueueHandle>,
     /// Records read in a batch and not taken yet, in offset order.
@@ -298,7 +301,7 @@ pub(crate) struct PartitionState {
     /// this far beyond the last record the worker took.
     pub(crate) waiting: AtomicU64,
     /// Partition-health state: statistics, offset anomalies, last success.
-    pub(crate) health: crate::health::PartitionHealth,
+    pub(crate) health: PartitionHealth,
 }
 
 impl PartitionState {
@@ -307,13 +310,13 @@ impl PartitionState {
     /// [`Shared`], so that the committer sees every record the worker
     /// completes (a worker reading a split queue starts at once).
     pub(crate) fn spawn<H: Handler>(
-        shared: &Arc<Shared>,
+        engine: &Arc<Engine>,
         handler: &Arc<H>,
         topic: &str,
         partition: i32,
         queue: Option<SplitQueue<H>>,
     ) -> (Arc<Self>, PendingWorker) {
-        let (tx, rx) = mpsc::channel(shared.max_buffered_records);
+        let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let state = Arc::new(PartitionState {
             topic: Arc::from(topic),
@@ -321,26 +324,26 @@ impl PartitionState {
             tracker: Mutex::new(OffsetTracker::default()),
             committed: AtomicI64::new(NO_OFFSET),
             revoked: AtomicBool::new(false),
-            stop: shared.shutdown.child_token(),
+            stop: engine.shutdown.child_token(),
             tx,
             wants_resume: AtomicBool::new(false),
             done: Mutex::new(Some(done_rx)),
             blocked_since: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
-            metrics: shared.instruments.partition(
+            metrics: engine.instruments.partition(
                 topic,
                 partition,
-                shared
-                    .dead_letter
-                    .as_ref()
+                engine
+                    .exhausted
+                    .dead_letter()
                     .map(|d| d.topic_for(topic))
                     .as_deref(),
             ),
-            health: crate::health::PartitionHealth::new(&shared.health),
+            health: PartitionHealth::new(engine.health.origin()),
         });
         let worker = Worker {
             state: Arc::clone(&state),
-            shared: Arc::clone(shared),
+            engine: Arc::clone(engine),
             handler: Arc::clone(handler),
             blocked: AtomicUsize::new(0),
             unflushed: AtomicU64::new(0),
@@ -348,7 +351,7 @@ impl PartitionState {
             _done: done_tx,
         };
         let start = PendingWorker {
-            runtime: shared.runtime.clone(),
+            runtime: engine.runtime.clone(),
             run: Box::pin(worker.run(rx, queue)),
         };
         (state, start)
@@ -383,7 +386,7 @@ impl PartitionState {
 
 struct Worker<H> {
     state: Arc<PartitionState>,
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     handler: Arc<H>,
     /// Records of this partition blocked now: at most one in partition
     /// order, one per key lane in key order. `blocked_since` is set while it
@@ -524,7 +527,7 @@ impl<H: Handler> Worker<H> {
     }
 
     async fn run_from(&self, src: Source<'_, H>) {
-        match self.shared.processing_order {
+        match self.engine.settings.processing_order {
             ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
                 self.run_by_key(src, max_in_flight).await;
             }
@@ -605,14 +608,16 @@ impl<H: Handler> Worker<H> {
                 return None;
             }
         };
-        let record = Record::from_message(&self.state.topic, &m, self.shared.read_headers);
+        let record = Record::from_message(&self.state.topic, &m, self.engine.settings.read_headers);
         drop(m);
         if let Some(depth) = depth {
             self.state.waiting.store(depth.len(), Ordering::Relaxed);
         }
         self.unflushed_received.fetch_add(1, Ordering::Relaxed);
-        let event_ms =
-            crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
+        let event_ms = crate::record::event_time_ms(
+            self.engine.settings.event_time_header.as_deref(),
+            &record,
+        );
         self.state
             .tracker
             .lock()
@@ -631,15 +636,18 @@ impl<H: Handler> Worker<H> {
         // Whether an error event moved librdkafka's position past the next
         // record (see `QueueHandle::read_batch`).
         let mut reposition = false;
-        handle.read_batch(self.shared.max_buffered_records, |m| {
+        handle.read_batch(self.engine.settings.max_buffered_records, |m| {
             // SAFETY: a live message for the duration of this call.
             let err = unsafe { (*m).err };
             if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
-                let record =
-                    unsafe { Record::from_native(&self.state.topic, m, self.shared.read_headers) };
-                let event_ms =
-                    crate::health::event_time_ms(self.shared.event_time_header.as_deref(), &record);
+                let record = unsafe {
+                    Record::from_native(&self.state.topic, m, self.engine.settings.read_headers)
+                };
+                let event_ms = crate::record::event_time_ms(
+                    self.engine.settings.event_time_header.as_deref(),
+                    &record,
+                );
                 read.push((record, event_ms));
             } else {
                 // As rust-rdkafka reports it for a `BorrowedMessage` (no
@@ -690,7 +698,7 @@ impl<H: Handler> Worker<H> {
                 // As in the poll loop: librdkafka stopped the partition's
                 // fetcher; the health thread decides and restarts it.
                 tracing::debug!(error = %e, "offset out of range; handled by the library");
-                self.shared.health.offset_reset_error();
+                self.engine.resets.offset_reset_error();
                 true
             }
             _ => {
@@ -755,7 +763,7 @@ impl<H: Handler> Worker<H> {
         let mut k = Keyed {
             lanes: KeyLanes::default(),
             window: OffsetTracker::default(),
-            window_limit: self.shared.max_buffered_records,
+            window_limit: self.engine.settings.max_buffered_records,
             max_in_flight,
             batch_start: None,
             stopping: false,
@@ -871,11 +879,11 @@ impl<H: Handler> Worker<H> {
         // Pairs with the fence in the poll loop's `request_resume`.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.state.wants_resume.load(Ordering::Acquire)
-            && rx.len() <= self.shared.max_buffered_records / 2
+            && rx.len() <= self.engine.settings.max_buffered_records / 2
             && self.state.wants_resume.swap(false, Ordering::AcqRel)
         {
             let _ = self
-                .shared
+                .engine
                 .ctrl_tx
                 .send(Ctrl::Drained(Arc::clone(&self.state)));
         }
@@ -888,7 +896,7 @@ impl<H: Handler> Worker<H> {
     async fn handle_until_done(&self, record: Record, mut start: Option<Instant>) -> Done {
         let offset = record.offset();
         let event_time = self.event_time(&record);
-        let retry = &self.shared.retry;
+        let retry = &self.engine.settings.retry;
         let mut attempt: u32 = 0;
         let mut first_failure: Option<SystemTime> = None;
         let mut blocked = BlockGuard {
@@ -904,7 +912,7 @@ impl<H: Handler> Worker<H> {
                 // synchronously) is caught like one that panics while polled.
                 let run = AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
                     .catch_unwind();
-                match self.shared.handler_timeout {
+                match self.engine.settings.handler_timeout {
                     None => classify::<H>(run.await),
                     Some(limit) => match tokio::time::timeout(limit, run).await {
                         Ok(result) => classify::<H>(result),
@@ -924,11 +932,11 @@ impl<H: Handler> Worker<H> {
                         // The partition moved on while the handler ran: the
                         // record will be redelivered to its new owner.
                         self.state.metrics.attempt(took, None);
-                        self.shared.counters.late_completion();
+                        self.engine.counters.late_completion();
                         return Done::Stopped;
                     }
                     self.state.metrics.handler_succeeded(
-                        &self.shared.wall_clock,
+                        &self.engine.wall_clock,
                         event_time,
                         took,
                         ended,
@@ -952,11 +960,11 @@ impl<H: Handler> Worker<H> {
             // successes so far first.
             self.flush_counts();
             self.state.metrics.attempt(took, Some(kind));
-            self.shared.counters.failed_attempt();
+            self.engine.counters.failed_attempt();
             let now = SystemTime::now();
             if first_failure.is_none() {
                 first_failure = Some(now);
-                self.shared.counters.record_failed();
+                self.engine.counters.record_failed();
             }
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
                 return Done::Stopped;
@@ -993,7 +1001,11 @@ impl<H: Handler> Worker<H> {
                 first_failure: first_failure.unwrap_or(now),
                 last_failure: now,
             };
-            match self.shared.decide() {
+            match self
+                .engine
+                .exhausted
+                .decide(self.engine.counters.outcomes())
+            {
                 Decision::Skip => {
                     tracing::error!(
                         topic = %self.state.topic,
@@ -1066,7 +1078,7 @@ impl<H: Handler> Worker<H> {
                     if self.state.revoked.load(Ordering::Acquire) {
                         // Parked, but the partition moved on: its new owner
                         // will handle the record again (at-least-once).
-                        self.shared.counters.late_completion();
+                        self.engine.counters.late_completion();
                         return false;
                     }
                     tracing::warn!(
@@ -1084,9 +1096,9 @@ impl<H: Handler> Worker<H> {
                 Err(e) => {
                     self.state
                         .metrics
-                        .dead_lettered(Some(crate::instruments::kafka_error_name_of(&e)));
+                        .dead_lettered(Some(crate::metrics::instruments::kafka_error_name_of(&e)));
                     blocked.block();
-                    let delay = self.shared.retry.delay(write_attempt);
+                    let delay = self.engine.settings.retry.delay(write_attempt);
                     tracing::error!(
                         topic = %self.state.topic,
                         partition = self.state.partition,
@@ -1112,7 +1124,7 @@ impl<H: Handler> Worker<H> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .completed(offset);
-        self.shared.records_completed(1);
+        self.engine.committer.records_completed(1);
     }
 
     /// Adds the successes counted since the last flush to the shared
@@ -1124,15 +1136,15 @@ impl<H: Handler> Worker<H> {
         let received = self.unflushed_received.swap(0, Ordering::Relaxed);
         if received > 0 {
             self.state.metrics.consumed(received);
-            self.shared
+            self.engine
                 .counters
                 .received
                 .fetch_add(received, Ordering::Relaxed);
         }
         let n = self.unflushed.swap(0, Ordering::Relaxed);
         if n > 0 {
-            self.shared.counters.succeeded(n);
-            self.shared.records_completed(n as usize);
+            self.engine.counters.succeeded(n);
+            self.engine.committer.records_completed(n as usize);
         }
     }
 
@@ -1147,7 +1159,7 @@ impl<H: Handler> Worker<H> {
     }
 
     fn event_time(&self, record: &Record) -> EventTime {
-        EventTime::of(self.shared.event_time_header.as_deref(), record)
+        EventTime::of(self.engine.settings.event_time_header.as_deref(), record)
     }
 }
 
@@ -1180,29 +1192,4 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_owned());
     format!("handler panicked: {msg}")
-}
-
-/// Exponential backoff: `initial * 2^(attempt-1)`, capped at `max`.
-pub(crate) fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
-    let factor = 1u32
-        .checked_shl(attempt.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    initial.saturating_mul(factor).min(max)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let i = Duration::from_millis(100);
-        let m = Duration::from_secs(1);
-        assert_eq!(backoff(i, m, 1), Duration::from_millis(100));
-        assert_eq!(backoff(i, m, 2), Duration::from_millis(200));
-        assert_eq!(backoff(i, m, 4), Duration::from_millis(800));
-        assert_eq!(backoff(i, m, 5), m);
-        assert_eq!(backoff(i, m, 200), m);
-    }
 }

@@ -25,87 +25,24 @@
 //!    seek).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::engine::IDLE_POLL_TICK;
+use crate::engine::assignment::Assignment;
+use crate::engine::partition::PartitionState;
 use crate::health::RetentionOverrunPolicy;
-use crate::partition::PartitionState;
-use crate::shared::Shared;
+use crate::health::hub::HealthHub;
+use crate::health::partition::{AnomalyKind, OffsetAnomaly};
+use crate::health::thresholds::NewPartitionStart;
 
 /// Bound on the broker reads made while a partition is assigned or
 /// restarted.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where a partition without a committed offset starts: the user's
-/// `auto.offset.reset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NewPartitionStart {
-    /// `earliest` (the library's default): the log start offset.
-    Earliest,
-    /// `latest`: the high watermark.
-    Latest,
-    /// `error`: not consumed; reported.
-    Error,
-}
-
-impl NewPartitionStart {
-    /// Parses librdkafka's `auto.offset.reset` values.
-    pub(crate) fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "earliest" | "smallest" | "beginning" => Some(NewPartitionStart::Earliest),
-            "latest" | "largest" | "end" => Some(NewPartitionStart::Latest),
-            "error" => Some(NewPartitionStart::Error),
-            _ => None,
-        }
-    }
-}
-
-/// What is wrong with a partition's offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AnomalyKind {
-    /// The offset to continue at is below the log start offset: `lost`
-    /// records were deleted by retention before they were processed.
-    RetentionOverrun {
-        offset: i64,
-        log_start: i64,
-        high_watermark: i64,
-        lost: u64,
-    },
-    /// The offset to continue at is above the high watermark (the topic was
-    /// deleted and recreated, or the log was truncated).
-    AboveHighWatermark {
-        offset: i64,
-        log_start: i64,
-        high_watermark: i64,
-    },
-    /// No committed offset and `auto.offset.reset=error`.
-    NoCommittedOffset,
-}
-
-impl AnomalyKind {
-    /// The `fresh_consumer.offset.reset.reason` attribute value.
-    pub(crate) fn reason(&self) -> &'static str {
-        match self {
-            AnomalyKind::RetentionOverrun { .. } => "retention_overrun",
-            AnomalyKind::AboveHighWatermark { .. } => "above_high_watermark",
-            AnomalyKind::NoCommittedOffset => "no_committed_offset",
-        }
-    }
-}
-
-/// An offset anomaly and what was done about it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct OffsetAnomaly {
-    pub(crate) kind: AnomalyKind,
-    pub(crate) policy: RetentionOverrunPolicy,
-    /// Where consumption resumed; `None` when the partition was stopped.
-    pub(crate) resumed_at: Option<i64>,
-    pub(crate) at: Instant,
-}
 
 /// Where a partition (re)starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,6 +245,92 @@ impl Plan {
     }
 }
 
+/// Offset-reset requests: librdkafka's out-of-range error and the
+/// statistics that show which partition's fetcher stopped meet here, and
+/// become [`Request`]s for the health thread.
+pub(crate) struct Resets {
+    tx: Mutex<Option<std::sync::mpsc::Sender<Request>>>,
+    /// An offset-reset error waits for a statistics report to show which
+    /// partition it was.
+    error_at: Mutex<Option<Instant>>,
+    /// `None` when statistics are off.
+    statistics_interval: Option<Duration>,
+}
+
+impl Resets {
+    pub(crate) fn new(statistics_interval: Option<Duration>) -> Self {
+        Resets {
+            tx: Mutex::new(None),
+            error_at: Mutex::new(None),
+            statistics_interval,
+        }
+    }
+
+    /// Connects the health thread's request channel.
+    pub(crate) fn connect(&self, tx: std::sync::mpsc::Sender<Request>) {
+        *lock(&self.tx) = Some(tx);
+    }
+
+    /// librdkafka reported `RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET`: some
+    /// partition's offset is out of range and its fetcher stopped. The next
+    /// statistics report shows which; without statistics every partition is
+    /// checked.
+    pub(crate) fn offset_reset_error(&self) {
+        if self.statistics_interval.is_some() {
+            *lock(&self.error_at) = Some(Instant::now());
+        } else {
+            self.request(Request::CheckAll);
+        }
+    }
+
+    fn request(&self, r: Request) {
+        if let Some(tx) = lock(&self.tx).as_ref() {
+            let _ = tx.send(r);
+        }
+    }
+
+    /// How long after a restart a partition is not restarted again
+    /// (statistics may still show its old state).
+    pub(crate) fn restart_quiet(&self) -> Duration {
+        2 * (self.statistics_interval.unwrap_or_default() + IDLE_POLL_TICK)
+    }
+
+    /// A statistics report arrived; `stopped` lists the assigned partitions
+    /// whose fetcher it showed stopped, with the number of consecutive
+    /// reports that did.
+    pub(crate) fn statistics_received(
+        &self,
+        now: Instant,
+        stopped: Vec<(Arc<PartitionState>, u32)>,
+    ) {
+        let quiet = self.restart_quiet();
+        let mut pending = lock(&self.error_at);
+        let error = pending.is_some();
+        // A fetcher stopped for three reports in a row is restarted even
+        // without the error (one may have been missed).
+        let candidates: Vec<Arc<PartitionState>> = stopped
+            .into_iter()
+            .filter(|(s, runs)| {
+                (error || *runs >= 3)
+                    && !s.health.is_failed()
+                    && s.health.restart_settled(now, quiet)
+            })
+            .map(|(s, _)| s)
+            .collect();
+        if !candidates.is_empty() {
+            *pending = None;
+            drop(pending);
+            self.request(Request::Stopped(candidates));
+        } else if pending.is_some_and(|at| now.saturating_duration_since(at) > quiet * 2) {
+            *pending = None;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Work for the health thread.
 pub(crate) enum Request {
     /// These partitions' fetchers are stopped (statistics `fetch_state` =
@@ -320,31 +343,35 @@ pub(crate) enum Request {
 
 /// Handles a [`Request`]: decides for each partition in it, and restarts
 /// the ones to be consumed from somewhere else.
-pub(crate) fn resolve<C, X>(consumer: &C, shared: &Shared, request: Request)
-where
+pub(crate) fn resolve<C, X>(
+    consumer: &C,
+    assignment: &Assignment,
+    hub: &HealthHub,
+    resets: &Resets,
+    request: Request,
+) where
     C: Consumer<X>,
     X: ConsumerContext,
 {
-    let hub = &shared.health;
     let Some(cfg) = hub.config() else {
         return;
     };
     // No rebalance callback runs while we decide and re-assign.
     let _assigning = hub.assign_lock();
-    if shared.closing.load(Ordering::Acquire) || shared.shutdown.is_cancelled() {
+    if assignment.is_closing() {
         return;
     }
-    let epoch = shared.epoch.load(Ordering::Acquire);
+    let epoch = assignment.epoch.load(Ordering::Acquire);
     let now = Instant::now();
     let (candidates, stopped) = match request {
         Request::Stopped(v) => (v, true),
-        Request::CheckAll => (shared.assigned(), false),
+        Request::CheckAll => (assignment.assigned(), false),
     };
     let mut restarts: Vec<(Arc<PartitionState>, i64)> = Vec::new();
     for state in candidates {
         if state.revoked.load(Ordering::Acquire)
             || state.health.is_failed()
-            || !state.health.restart_settled(now, hub.restart_quiet())
+            || !state.health.restart_settled(now, resets.restart_quiet())
         {
             continue;
         }
@@ -379,7 +406,7 @@ where
         }
         if let Some(kind) = d.anomaly {
             report(
-                shared,
+                hub,
                 &state,
                 OffsetAnomaly {
                     kind,
@@ -410,13 +437,13 @@ where
     if restarts.is_empty() {
         return;
     }
-    if shared.epoch.load(Ordering::Acquire) != epoch {
+    if assignment.epoch.load(Ordering::Acquire) != epoch {
         tracing::debug!("assignment changed while deciding; the new assignment decides afresh");
         return;
     }
     let result = match consumer.rebalance_protocol() {
         RebalanceProtocol::Cooperative => restart_incremental(consumer, &restarts),
-        _ => restart_eager(consumer, shared, &restarts),
+        _ => restart_eager(consumer, assignment, &restarts),
     };
     match result {
         Ok(()) => {
@@ -467,10 +494,10 @@ fn restart_incremental<C: Consumer<X>, X: ConsumerContext>(
 /// the library knows (no rebalance slipped in).
 fn restart_eager<C: Consumer<X>, X: ConsumerContext>(
     consumer: &C,
-    shared: &Shared,
+    assignment: &Assignment,
     restarts: &[(Arc<PartitionState>, i64)],
 ) -> rdkafka::error::KafkaResult<()> {
-    let assigned = shared.assigned();
+    let assigned = assignment.assigned();
     let ours: BTreeSet<(String, i32)> = assigned
         .iter()
         .map(|s| (s.topic.to_string(), s.partition))
@@ -514,8 +541,8 @@ fn restart_eager<C: Consumer<X>, X: ConsumerContext>(
 /// in an ERROR log naming the partition and the offsets. `running` is
 /// `true` when the offset was the consumer's own position (it fell behind
 /// while running) rather than the group's committed offset.
-pub(crate) fn report(shared: &Shared, state: &PartitionState, a: OffsetAnomaly, running: bool) {
-    shared.health.count_anomaly(state, &a.kind);
+pub(crate) fn report(hub: &HealthHub, state: &PartitionState, a: OffsetAnomaly, running: bool) {
+    hub.count_anomaly(state.metrics.attributes(), &a.kind);
     let policy = a.policy.as_str();
     let (topic, partition) = (&*state.topic, state.partition);
     let source = if running {

@@ -10,7 +10,7 @@ use opentelemetry::metrics::{
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::metrics::*;
-use crate::record::RecordTimestamp;
+use crate::record::{EventTime, RecordTimestamp};
 use crate::slo::{SloRegistry, SloResult, age_boundaries};
 use std::sync::Arc;
 
@@ -38,44 +38,6 @@ pub(crate) struct Instruments {
     group_attrs: [KeyValue; 2],
     commit_attrs: [KeyValue; 4],
     group: String,
-}
-
-/// Where the event time of a succeeded record came from, for the age.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum EventTime {
-    /// Milliseconds since the epoch, from the record timestamp.
-    Record(RecordTimestamp),
-    /// Milliseconds since the epoch, from the event-time header.
-    Header(i64),
-    /// No usable event time.
-    Missing,
-}
-
-impl EventTime {
-    /// The event time of `record`: its Kafka timestamp, or the value of the
-    /// event-time header named by `header` when one is configured.
-    pub(crate) fn of(header: Option<&str>, record: &crate::record::Record) -> Self {
-        match header {
-            None => EventTime::Record(record.timestamp()),
-            Some(name) => match record
-                .header(name)
-                .flatten()
-                .and_then(parse_event_time_header)
-            {
-                Some(ms) => EventTime::Header(ms),
-                None => EventTime::Missing,
-            },
-        }
-    }
-
-    /// Milliseconds since the Unix epoch, when usable.
-    pub(crate) fn millis(self) -> Option<i64> {
-        match self {
-            EventTime::Record(ts) => ts.millis(),
-            EventTime::Header(ms) if ms >= 0 => Some(ms),
-            _ => None,
-        }
-    }
 }
 
 /// Outcome of recording an age (for tests and counters).
@@ -541,10 +503,10 @@ impl PartitionInstruments {
     /// succeeded: the attempt's duration (`took`) and the record's event age
     /// at `ended`, the clock reading taken when the handler returned (the
     /// wall-clock time is derived from it, see
-    /// [`WallClock`](crate::watchdog::WallClock)).
+    /// [`WallClock`](crate::clock::WallClock)).
     pub(crate) fn handler_succeeded(
         &self,
-        wall: &crate::watchdog::WallClock,
+        wall: &crate::clock::WallClock,
         event_time: EventTime,
         took: Duration,
         ended: std::time::Instant,
@@ -588,19 +550,6 @@ impl PartitionInstruments {
     }
 }
 
-/// Parses an event-time header value: ASCII decimal milliseconds since the
-/// epoch, or 8 bytes big-endian.
-pub(crate) fn parse_event_time_header(value: &[u8]) -> Option<i64> {
-    if let Ok(s) = std::str::from_utf8(value)
-        && let Ok(ms) = s.trim().parse::<i64>()
-    {
-        return (ms >= 0).then_some(ms);
-    }
-    let bytes: [u8; 8] = value.try_into().ok()?;
-    let ms = i64::from_be_bytes(bytes);
-    (ms >= 0).then_some(ms)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,20 +560,6 @@ mod tests {
         assert_eq!(event_age(7_500, now), AgeOutcome::Recorded(2.5));
         assert_eq!(event_age(10_000, now), AgeOutcome::Recorded(0.0));
         assert_eq!(event_age(10_001, now), AgeOutcome::ClockSkew);
-    }
-
-    #[test]
-    fn event_time_header_formats() {
-        assert_eq!(
-            parse_event_time_header(b"1700000000000"),
-            Some(1_700_000_000_000)
-        );
-        assert_eq!(
-            parse_event_time_header(&1_700_000_000_000i64.to_be_bytes()),
-            Some(1_700_000_000_000)
-        );
-        assert_eq!(parse_event_time_header(b"-5"), None);
-        assert_eq!(parse_event_time_header(b"soon"), None);
     }
 
     #[test]

@@ -35,8 +35,93 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
-use crate::failure::{DeadLetter, DeadLetterHeaders};
 use crate::record::{Header, Record, RecordTimestamp};
+
+/// Header names written with each dead-lettered record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeadLetterHeaders {
+    /// The library's own names (`fresh_consumer.dlt.*`, see
+    /// [`dead_letter`](crate::dead_letter)); every value is UTF-8 text.
+    #[default]
+    Native,
+    /// Spring Kafka's names (`kafka_dlt-original-topic`, ...) and encodings
+    /// (partition as a 4-byte and offset and timestamp as 8-byte big-endian
+    /// integers), for tooling built around Spring's dead-letter topics.
+    SpringKafka,
+}
+
+/// Where and how records are dead-lettered.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct DeadLetter {
+    pub(crate) topic: Option<String>,
+    pub(crate) headers: DeadLetterHeaders,
+    pub(crate) max_error_message_bytes: usize,
+    pub(crate) producer_properties: Vec<(String, String)>,
+}
+
+/// Default for [`DeadLetter::max_error_message_bytes`].
+pub const DEFAULT_MAX_ERROR_MESSAGE_BYTES: usize = 1_024;
+
+impl Default for DeadLetter {
+    fn default() -> Self {
+        DeadLetter {
+            topic: None,
+            headers: DeadLetterHeaders::Native,
+            max_error_message_bytes: DEFAULT_MAX_ERROR_MESSAGE_BYTES,
+            producer_properties: Vec::new(),
+        }
+    }
+}
+
+impl DeadLetter {
+    /// Dead-letter to `<source topic>.dlt`, with the library's header names.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Dead-letter every record to this topic instead of
+    /// `<source topic>.dlt`. The topic must exist (or the brokers must
+    /// auto-create it); its partition count is independent of the source's:
+    /// the producer picks the partition from the key.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// Which header names to write. Defaults to [`DeadLetterHeaders::Native`].
+    pub fn headers(mut self, headers: DeadLetterHeaders) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Cap on the error message header, in bytes (cut at a character
+    /// boundary). Defaults to 1,024.
+    pub fn max_error_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_error_message_bytes = bytes;
+        self
+    }
+
+    /// Sets a librdkafka property on the dead-letter producer only. The
+    /// producer otherwise inherits the consumer's `bootstrap.servers`,
+    /// `client.id` and security settings (`security.protocol`, `sasl.*`,
+    /// `ssl.*`), and always uses `acks=all` with `enable.idempotence=true`;
+    /// `message.timeout.ms` defaults to 30 s (a failed write is retried by
+    /// the library, and the partition reports itself blocked meanwhile).
+    pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.producer_properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// The dead-letter topic for records of `source`.
+    pub(crate) fn topic_for(&self, source: &str) -> String {
+        match &self.topic {
+            Some(t) => t.clone(),
+            None => format!("{source}.dlt"),
+        }
+    }
+}
 
 /// Header: source topic.
 pub const TOPIC: &str = "fresh_consumer.dlt.topic";
@@ -460,6 +545,15 @@ impl DeadLetterRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_dead_letter_topic_follows_the_source() {
+        assert_eq!(DeadLetter::new().topic_for("orders"), "orders.dlt");
+        assert_eq!(
+            DeadLetter::new().topic("all.dlq").topic_for("orders"),
+            "all.dlq"
+        );
+    }
 
     fn info() -> FailureInfo {
         FailureInfo {

@@ -14,16 +14,16 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Statistics, TopicPartitionList};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::commit::CommitCmd;
+use crate::engine::Engine;
+use crate::engine::commit::CommitCmd;
+use crate::engine::offset_reset::Plan;
+use crate::engine::partition::{PartitionState, QueueHandle, SplitQueue};
 use crate::handler::Handler;
-use crate::health::RebalanceKind;
-use crate::partition::{PartitionState, QueueHandle, SplitQueue};
-use crate::reset::Plan;
-use crate::shared::Shared;
+use crate::health::hub::RebalanceKind;
 
 /// The consumer context: owns nothing but handles to the shared state.
 pub(crate) struct Ctx<H: Handler> {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) engine: Arc<Engine>,
     pub(crate) handler: Arc<H>,
     /// The consumer itself (set once it exists), to split each newly
     /// assigned partition's queue off the main queue.
@@ -78,14 +78,14 @@ impl<H: Handler> ClientContext for Ctx<H> {
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::PollExceeded) => {
                 // Also returned by the consumer's poll, where it is counted once.
-                self.shared.health.poll_exceeded();
+                self.engine.health.poll_exceeded();
                 tracing::debug!(%reason, "librdkafka: max.poll.interval.ms exceeded");
             }
             Some(RDKafkaErrorCode::AutoOffsetReset) => {
                 // A partition's offset is out of range and librdkafka
                 // (auto.offset.reset=error) stopped its fetcher; the reason
                 // does not say which partition. The library handles it.
-                self.shared.health.offset_reset_error();
+                self.engine.resets.offset_reset_error();
                 tracing::debug!(%reason, "librdkafka: offset out of range");
             }
             _ => tracing::warn!(error = %error, %reason, "librdkafka error"),
@@ -93,14 +93,15 @@ impl<H: Handler> ClientContext for Ctx<H> {
     }
 
     fn stats(&self, statistics: Statistics) {
-        crate::stats::ingest(&self.shared, &statistics);
+        let e = &self.engine;
+        crate::engine::stats::ingest(&e.assignment, &e.health, &e.resets, &statistics);
     }
 }
 
 impl<H: Handler> ConsumerContext for Ctx<H> {
     /// rdkafka's default rebalance, plus the library's own steps: on
     /// assign, each partition's start offset is decided before librdkafka
-    /// fetches (see `crate::reset`); on revoke, running handlers finish and
+    /// fetches (see `crate::engine::offset_reset`); on revoke, running handlers finish and
     /// completed offsets are committed before the partitions go.
     fn rebalance(
         &self,
@@ -108,7 +109,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
-        let health = &self.shared.health;
+        let health = &self.engine.health;
         // A restart of stopped partitions (the health thread, rare) never
         // interleaves with this; it may hold the lock for a few broker
         // round trips, so wait for it off the async worker.
@@ -123,7 +124,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
         );
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let plan = if self.shared.closing.load(Ordering::Acquire) {
+                let plan = if self.engine.assignment.closing.load(Ordering::Acquire) {
                     None
                 } else {
                     self.plan(consumer, tpl)
@@ -131,8 +132,8 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 if let Some(plan) = &plan {
                     plan.apply(tpl);
                 }
-                if self.shared.split_partition_queues
-                    && !self.shared.closing.load(Ordering::Acquire)
+                if self.engine.settings.split_partition_queues
+                    && !self.engine.assignment.closing.load(Ordering::Acquire)
                 {
                     self.split_queues(tpl);
                 }
@@ -218,10 +219,10 @@ fn this_thread() -> Thread {
 
 impl<H: Handler> Ctx<H> {
     fn on_revoke(&self, tpl: &TopicPartitionList, lost: bool) {
-        let shared = &self.shared;
-        shared.counters.rebalances.fetch_add(1, Ordering::Relaxed);
+        let engine = &self.engine;
+        engine.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         let states: Vec<Arc<PartitionState>> = {
-            let map = shared.partitions();
+            let map = engine.assignment.partitions();
             tpl.elements()
                 .iter()
                 .filter_map(|e| {
@@ -231,8 +232,10 @@ impl<H: Handler> Ctx<H> {
                 })
                 .collect()
         };
-        if shared.closing.load(Ordering::Acquire) {
-            shared.remove(&states, shared.revoke_timeout);
+        if engine.assignment.closing.load(Ordering::Acquire) {
+            engine
+                .assignment
+                .remove(&states, engine.settings.revoke_timeout);
             return;
         }
         for s in &states {
@@ -243,7 +246,7 @@ impl<H: Handler> Ctx<H> {
             let started = Instant::now();
             let mut still_running = 0;
             if thread != Thread::CurrentThreadRuntime {
-                let deadline = started + shared.revoke_timeout;
+                let deadline = started + engine.settings.revoke_timeout;
                 still_running = states
                     .iter()
                     .filter(|s| !s.wait_stopped_blocking(deadline))
@@ -256,15 +259,17 @@ impl<H: Handler> Ctx<H> {
                     only: Some(states.clone()),
                     reply,
                 };
-                committed = match shared.commit_tx.send(cmd) {
-                    Ok(()) => match rx.recv_timeout(shared.revoke_timeout) {
+                committed = match engine.committer.send(cmd) {
+                    Ok(()) => match rx.recv_timeout(engine.settings.revoke_timeout) {
                         Ok(r) => r,
                         Err(_) => Err(KafkaError::Canceled),
                     },
                     Err(_) => Err(KafkaError::Canceled),
                 };
             }
-            shared.remove(&states, shared.revoke_timeout);
+            engine
+                .assignment
+                .remove(&states, engine.settings.revoke_timeout);
             (still_running, committed, started.elapsed())
         };
         let (still_running, committed, took) = if thread == Thread::MultiThreadWorker {
@@ -291,7 +296,7 @@ impl<H: Handler> Ctx<H> {
     /// of committed offsets and watermarks, off the async runtime's worker
     /// where possible).
     fn plan(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) -> Option<Plan> {
-        let cfg = self.shared.health.config()?;
+        let cfg = self.engine.health.config()?;
         let work = || Plan::make(consumer, tpl, cfg.retention_policy, cfg.new_partitions);
         if this_thread() == Thread::MultiThreadWorker {
             tokio::task::block_in_place(work)
@@ -338,11 +343,11 @@ impl<H: Handler> Ctx<H> {
         tpl: &TopicPartitionList,
         plan: Option<&Plan>,
     ) {
-        let shared = &self.shared;
-        shared.counters.rebalances.fetch_add(1, Ordering::Relaxed);
+        let engine = &self.engine;
+        engine.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         let mut queues =
             std::mem::take(&mut *self.queues.lock().unwrap_or_else(|e| e.into_inner()));
-        if shared.closing.load(Ordering::Acquire) {
+        if engine.assignment.closing.load(Ordering::Acquire) {
             return;
         }
         for e in tpl.elements() {
@@ -351,18 +356,22 @@ impl<H: Handler> Ctx<H> {
                 .position(|((t, p), _)| t == e.topic() && *p == e.partition())
                 .map(|i| queues.swap_remove(i).1);
             let (state, worker) =
-                PartitionState::spawn(shared, &self.handler, e.topic(), e.partition(), queue);
+                PartitionState::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
             if let Some(entry) = plan.and_then(|p| p.entry(e.topic(), e.partition())) {
-                state
-                    .health
-                    .planned(entry, plan.map_or_else(Instant::now, |p| p.at));
+                state.health.planned(
+                    plan.map_or_else(Instant::now, |p| p.at),
+                    entry.assign_offset(),
+                    entry.decision.estimate,
+                    entry.committed,
+                    entry.lo.zip(entry.hi),
+                );
                 if let Some(kind) = entry.decision.anomaly {
-                    crate::reset::report(
-                        shared,
+                    crate::engine::offset_reset::report(
+                        &engine.health,
                         &state,
-                        crate::reset::OffsetAnomaly {
+                        crate::health::partition::OffsetAnomaly {
                             kind,
-                            policy: shared
+                            policy: engine
                                 .health
                                 .config()
                                 .map(|c| c.retention_policy)
@@ -377,7 +386,7 @@ impl<H: Handler> Ctx<H> {
                     );
                 }
             }
-            shared.insert(state);
+            engine.assignment.insert(state);
             worker.start();
         }
         // A partition paused before a revoke must not stay paused now.

@@ -1,15 +1,4 @@
-//! Metric and attribute names, with their instruments, units and attributes.
-//!
-//! Names follow OpenTelemetry's semantic conventions for messaging where they
-//! define a metric (`messaging.*`); the library's own metrics live under
-//! `fresh_consumer.`. Units are UCUM (`s`, `{message}`). Every attribute set is
-//! built once per assigned partition, never per record, and never carries a
-//! key, an offset or error text.
-//!
-//! Common attributes ("partition attributes" below):
-//! [`MESSAGING_SYSTEM`] = `kafka`, [`MESSAGING_DESTINATION_NAME`] (topic),
-//! [`MESSAGING_DESTINATION_PARTITION_ID`] (partition number as a string),
-//! [`MESSAGING_CONSUMER_GROUP_NAME`] (`group.id`).
+//! The metric and attribute names (re-exported by [`crate::metrics`]).
 
 /// Event age: now minus the record's event time, recorded once per record
 /// **after its handler succeeded**.
@@ -66,7 +55,8 @@ pub const BATCH_DURATION: &str = "fresh_consumer.batch.duration";
 /// |---|---|---|
 /// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
 ///
-/// The loop polls at least every [`IDLE_POLL_TICK`](crate::IDLE_POLL_TICK) even
+/// The loop polls at least once a second (a quarter of the warning threshold
+/// when that is less) even
 /// on an idle topic, so a long gap means the loop could not run: a handler
 /// blocking the async runtime, a long revoke, CPU starvation. Gaps below 1 ms
 /// (back-to-back polls while records flow) are not recorded.

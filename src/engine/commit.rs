@@ -1,0 +1,168 @@
+//! The committer: a dedicated thread that commits completed offsets with
+//! `CommitMode::Sync`, so each commit's outcome and latency are known (rdkafka
+//! does not report manual asynchronous commits) and no async worker thread
+//! ever blocks on the broker.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SendError, Sender};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::engine::assignment::Assignment;
+use crate::engine::counters::Counters;
+use crate::engine::partition::PartitionState;
+use crate::failure::Exhausted;
+use crate::metrics::instruments::{Instruments, kafka_error_name};
+
+/// Requests to the committer thread.
+pub(crate) enum CommitCmd {
+    /// Commit now (enough records completed since the last commit).
+    Now,
+    /// Commit these partitions (all when `None`) and report the result.
+    Sync {
+        only: Option<Vec<Arc<PartitionState>>>,
+        reply: Sender<Result<usize, KafkaError>>,
+    },
+    /// End the thread.
+    Stop,
+}
+
+/// What commits need: the assignment (which partitions, under its gate),
+/// the counters and the summary's committed offsets, the commit-duration
+/// instrument, and the count that triggers a commit between intervals.
+pub(crate) struct Committer {
+    assignment: Arc<Assignment>,
+    counters: Arc<Counters>,
+    instruments: Instruments,
+    tx: Sender<CommitCmd>,
+    /// Records completed since the last commit.
+    completed_since_commit: AtomicUsize,
+    /// Commit when this many records completed since the last commit.
+    batch_records: usize,
+}
+
+impl Committer {
+    pub(crate) fn new(
+        assignment: Arc<Assignment>,
+        counters: Arc<Counters>,
+        instruments: Instruments,
+        tx: Sender<CommitCmd>,
+        batch_records: usize,
+    ) -> Self {
+        Committer {
+            assignment,
+            counters,
+            instruments,
+            tx,
+            completed_since_commit: AtomicUsize::new(0),
+            batch_records,
+        }
+    }
+
+    /// Sends `cmd` to the committer thread; `Err` once it ended.
+    pub(crate) fn send(&self, cmd: CommitCmd) -> Result<(), SendError<CommitCmd>> {
+        self.tx.send(cmd)
+    }
+
+    /// `n` more records completed: asks for a commit when the count since
+    /// the last commit reaches `commit_batch_records`.
+    pub(crate) fn records_completed(&self, n: usize) {
+        let before = self.completed_since_commit.fetch_add(n, Ordering::Relaxed);
+        if before < self.batch_records && before + n >= self.batch_records {
+            let _ = self.tx.send(CommitCmd::Now);
+        }
+    }
+
+    /// Commits the completed offsets of `only` (or of every assigned
+    /// partition) that are ahead of the last commit. Returns how many
+    /// partitions were committed.
+    pub(crate) fn commit<C: Consumer<X>, X: ConsumerContext>(
+        &self,
+        consumer: &C,
+        only: Option<&[Arc<PartitionState>]>,
+    ) -> Result<usize, KafkaError> {
+        let _gate = self
+            .assignment
+            .commit_gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let states = match only {
+            Some(s) => s.to_vec(),
+            None => self.assignment.assigned(),
+        };
+        let mut tpl = TopicPartitionList::new();
+        let mut entries = Vec::new();
+        for s in states {
+            if let Some(offset) = s.pending_commit() {
+                tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(offset))?;
+                entries.push((s, offset));
+            }
+        }
+        // The count that asked for this commit starts again either way: a count
+        // left at or above `commit_batch_records` would never cross it again.
+        self.completed_since_commit.store(0, Ordering::Relaxed);
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let result = consumer.commit(&tpl, CommitMode::Sync);
+        let took = started.elapsed();
+        match result {
+            Ok(()) => {
+                self.instruments.commit(took, None);
+                self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                for (s, offset) in &entries {
+                    s.committed.fetch_max(*offset, Ordering::AcqRel);
+                    self.counters.note_committed(&s.topic, s.partition, *offset);
+                }
+                tracing::debug!(partitions = entries.len(), ?took, "committed offsets");
+                Ok(entries.len())
+            }
+            Err(e) => {
+                let code = e
+                    .rdkafka_error_code()
+                    .map(kafka_error_name)
+                    .unwrap_or_else(|| "_OTHER".to_owned());
+                self.instruments.commit(took, Some(code));
+                self.counters
+                    .commit_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, partitions = entries.len(), ?took, "offset commit failed; the offsets stay pending and are committed again");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Runs the committer loop until [`CommitCmd::Stop`] or every sender is
+/// gone: commits every `interval` (and when asked), and takes the storm
+/// guard's and the freshness objectives' samples at the same pace.
+pub(crate) fn run<C: Consumer<X>, X: ConsumerContext>(
+    consumer: Arc<C>,
+    committer: Arc<Committer>,
+    exhausted: Arc<Exhausted>,
+    rx: Receiver<CommitCmd>,
+    interval: Duration,
+) {
+    let mut next = Instant::now() + interval;
+    loop {
+        let cmd = rx.recv_timeout(next.saturating_duration_since(Instant::now()));
+        match cmd {
+            Ok(CommitCmd::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(CommitCmd::Now) | Err(RecvTimeoutError::Timeout) => {
+                exhausted.sample(committer.counters.outcomes());
+                committer.instruments.slo_registry().sample();
+                let _ = committer.commit(&*consumer, None);
+                next = Instant::now() + interval;
+            }
+            Ok(CommitCmd::Sync { only, reply }) => {
+                let r = committer.commit(&*consumer, only.as_deref());
+                let _ = reply.send(r);
+            }
+        }
+    }
+}

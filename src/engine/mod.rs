@@ -1,0 +1,313 @@
+//! The engine: the only code that runs things. Private; reached through
+//! [`FreshConsumer::run_until`](crate::FreshConsumer::run_until).
+//!
+//! The data path, file by file:
+//! 1. `poll.rs`: the poll loop polls librdkafka's main queue (rebalances,
+//!    errors, statistics, and the records of a partition whose queue could
+//!    not be split) and hands records to the workers in batches.
+//! 2. `context.rs`: librdkafka's callbacks; a rebalance goes through
+//!    `offset_reset.rs` (where each new partition starts) and
+//!    `assignment.rs` (the partition map and the commit gate), and splits
+//!    each new partition's queue off the main queue.
+//! 3. `partition.rs`: one worker task per partition reads its queue, runs
+//!    the handler (retries, timeouts, the exhausted-record decision of
+//!    [`crate::failure`]), records the event age, and completes the offset
+//!    in `tracker.rs`.
+//! 4. `commit.rs`: the committer thread commits the next offset after each
+//!    partition's contiguous run of completed records.
+//! 5. Beside the path: `watchdog.rs` (poll-interval warnings), `stats.rs`
+//!    (librdkafka's statistics), `health_view.rs` (what health reads, and
+//!    the health thread), `counters.rs` (the run summary).
+
+mod assignment;
+mod commit;
+mod context;
+mod counters;
+mod health_view;
+mod offset_reset;
+mod partition;
+mod poll;
+mod stats;
+mod tracker;
+mod watchdog;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::metrics::MeterProvider;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::WallClock;
+use crate::config::Settings;
+use crate::error::RunError;
+use crate::failure::dead_letter::DeadLetterWriter;
+use crate::failure::{Exhausted, OnExhausted, RetryPolicy};
+use crate::handler::Handler;
+use crate::health::hub::{HealthHub, RunGuard};
+use crate::health::view::EngineView;
+use crate::metrics::instruments::Instruments;
+use crate::ordering::ProcessingOrder;
+use crate::summary::RunSummary;
+use assignment::Assignment;
+use commit::Committer;
+use context::Ctx;
+use counters::Counters;
+use offset_reset::Resets;
+use partition::PartitionState;
+use poll::{PollLoop, Stop};
+use watchdog::PollClock;
+
+/// The longest the poll loop waits in one poll on an idle topic before it
+/// polls again. Polling on a tick keeps the poll-interval signal honest: a
+/// long gap means the loop could not run, not that the topic was quiet. The
+/// tick is shortened to a quarter of the warning threshold when that is less.
+pub(crate) const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
+
+type Kafka<H> = StreamConsumer<Ctx<H>>;
+
+/// Messages from workers to the poll loop.
+pub(crate) enum Ctrl {
+    /// A paused partition's buffer drained to half: refill it and resume.
+    Drained(Arc<PartitionState>),
+}
+
+/// The options the workers and the rebalance callbacks read.
+pub(crate) struct EngineSettings {
+    pub(crate) max_buffered_records: usize,
+    /// Split each partition's queue off the main queue at assignment.
+    pub(crate) split_partition_queues: bool,
+    pub(crate) processing_order: ProcessingOrder,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) handler_timeout: Option<Duration>,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) event_time_header: Option<String>,
+    /// Whether records are built with their headers (`read_headers`).
+    pub(crate) read_headers: bool,
+}
+
+/// What the poll loop, the rebalance callbacks and the partition workers
+/// share. The committer, the watchdog, the statistics ingest and the health
+/// thread get only the parts they use (each part is its own `Arc`); health
+/// reads the engine through [`EngineView`], weakly.
+pub(crate) struct Engine {
+    pub(crate) settings: EngineSettings,
+    pub(crate) assignment: Arc<Assignment>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) committer: Arc<Committer>,
+    pub(crate) exhausted: Arc<Exhausted>,
+    pub(crate) instruments: Instruments,
+    pub(crate) poll_clock: Arc<PollClock>,
+    /// Wall-clock time for event ages, derived from `Instant` reads.
+    pub(crate) wall_clock: WallClock,
+    pub(crate) health: Arc<HealthHub>,
+    pub(crate) resets: Arc<Resets>,
+    pub(crate) runtime: Handle,
+    /// Cancelled when the consumer shuts down; every partition's stop token
+    /// is a child of it.
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
+}
+
+/// A thread of the engine could not be started.
+fn thread_error(e: std::io::Error) -> RunError {
+    RunError::Thread(e)
+}
+
+/// Runs a consumer built from `settings` until `signal` resolves, then shuts
+/// it down (see [`FreshConsumer::run_until`](crate::FreshConsumer::run_until)).
+pub(crate) async fn run<H, S>(
+    handler: H,
+    settings: Settings,
+    signal: S,
+) -> Result<RunSummary, RunError>
+where
+    H: Handler,
+    S: Future<Output = ()>,
+{
+    let validated = settings.validate()?;
+    let runtime = Handle::try_current().map_err(|_| RunError::NoRuntime)?;
+    let meter = match (&settings.meter, &settings.meter_provider) {
+        (Some(m), _) => m.clone(),
+        (None, Some(p)) => p.meter_with_scope(scope()),
+        (None, None) => opentelemetry::global::meter_with_scope(scope()),
+    };
+    let slo = Arc::new(crate::slo::SloRegistry::new(
+        &settings.objectives,
+        settings.slo_windows.0,
+        settings.slo_windows.1,
+    ));
+    let _ = settings.health.hub.slo.set(Arc::clone(&slo));
+    let instruments = Instruments::new(&meter, &validated.group_id, slo);
+    // Partition health: its hub exists since the builder (for handles
+    // taken before the run); it reports `Stopped` once this returns.
+    let health = Arc::clone(&settings.health.hub);
+    let _health_run = RunGuard::new(&health);
+    health.register_instruments(&meter, &validated.group_id);
+    let dead_letter = match &settings.on_exhausted {
+        OnExhausted::DeadLetter(config) => {
+            let properties: Vec<(String, String)> = validated
+                .client_config
+                .config_map()
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let producer_config = DeadLetterWriter::producer_config(&properties, config);
+            Some(
+                DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
+                    .map_err(RunError::Client)?,
+            )
+        }
+        _ => None,
+    };
+    let (commit_tx, commit_rx) = std::sync::mpsc::channel();
+    let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
+    let assignment = Arc::new(Assignment::new());
+    let counters = Arc::new(Counters::default());
+    let engine = Arc::new(Engine {
+        settings: EngineSettings {
+            max_buffered_records: settings.max_buffered_records,
+            split_partition_queues: settings.split_partition_queues,
+            processing_order: settings.processing_order,
+            retry: settings.retry.clone(),
+            handler_timeout: settings.handler_timeout,
+            revoke_timeout: settings.revoke_timeout,
+            event_time_header: settings.event_time_header.clone(),
+            read_headers: settings.read_headers,
+        },
+        committer: Arc::new(Committer::new(
+            Arc::clone(&assignment),
+            Arc::clone(&counters),
+            instruments.clone(),
+            commit_tx,
+            settings.commit_batch_records,
+        )),
+        exhausted: Arc::new(Exhausted::new(
+            settings.on_exhausted.clone(),
+            dead_letter,
+            settings.storm_guard.clone(),
+            instruments.clone(),
+        )),
+        assignment,
+        counters,
+        instruments,
+        poll_clock: Arc::new(PollClock::new()),
+        wall_clock: WallClock::new(),
+        health: Arc::clone(&health),
+        resets: Arc::new(Resets::new(validated.health.statistics_interval)),
+        runtime,
+        shutdown: CancellationToken::new(),
+        ctrl_tx,
+    });
+    let ctx = Ctx {
+        engine: Arc::clone(&engine),
+        handler: Arc::new(handler),
+        secrets: validated.secrets.clone(),
+        consumer: std::sync::OnceLock::new(),
+        queues: std::sync::Mutex::new(Vec::new()),
+    };
+    let consumer: Arc<Kafka<H>> = Arc::new(
+        validated
+            .client_config
+            .create_with_context(ctx)
+            .map_err(RunError::Client)?,
+    );
+    let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
+    let topics: Vec<&str> = validated.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(RunError::Client)?;
+
+    let committer = {
+        let consumer = Arc::clone(&consumer);
+        let committer = Arc::clone(&engine.committer);
+        let exhausted = Arc::clone(&engine.exhausted);
+        let interval = settings.commit_interval;
+        std::thread::Builder::new()
+            .name("fresh-consumer-commit".into())
+            .spawn(move || commit::run(consumer, committer, exhausted, commit_rx, interval))
+            .map_err(thread_error)?
+    };
+    let warn_after = validated
+        .max_poll_interval
+        .mul_f64(settings.poll_warning_ratio);
+    let watchdog_stop = Arc::new(AtomicBool::new(false));
+    let watchdog = watchdog::spawn(
+        Arc::clone(&engine.poll_clock),
+        engine.instruments.clone(),
+        warn_after,
+        validated.max_poll_interval,
+        Arc::clone(&watchdog_stop),
+    )
+    .map_err(thread_error)?;
+    let view: Arc<dyn EngineView> = engine.clone();
+    health.start(
+        Arc::downgrade(&view),
+        validated.health.clone(),
+        warn_after,
+        validated.max_poll_interval,
+    );
+    drop(view);
+    health_view::spawn(
+        Arc::downgrade(&consumer),
+        Arc::clone(&engine.assignment),
+        Arc::clone(&health),
+        Arc::clone(&engine.resets),
+        engine.shutdown.clone(),
+    )
+    .map_err(thread_error)?;
+
+    let mut poll_loop = PollLoop::new(
+        consumer,
+        Arc::clone(&engine),
+        ctrl_rx,
+        IDLE_POLL_TICK.min(warn_after / 4),
+    );
+    let shutdown_timeout = settings.shutdown_timeout;
+    let provider = settings.meter_provider.clone();
+    let task = tokio::spawn(async move {
+        let stopped_by = poll_loop.poll_loop().await;
+        let summary = poll_loop
+            .shutdown(shutdown_timeout, committer, provider.as_ref())
+            .await;
+        (stopped_by, summary)
+    });
+    // Cancelling `run_until` (dropping its future) shuts the engine down too.
+    let _guard = engine.shutdown.clone().drop_guard();
+    tokio::pin!(signal);
+    tokio::pin!(task);
+    let (stopped_by, summary) = tokio::select! {
+        r = &mut task => r,
+        () = &mut signal => {
+            engine.shutdown.cancel();
+            (&mut task).await
+        }
+    }
+    .map_err(|e| RunError::Fatal(KafkaError::Canceled).with_join(e))?;
+    watchdog_stop.store(true, Ordering::Release);
+    watchdog.thread().unpark();
+    let _ = watchdog.join();
+    match stopped_by {
+        Stop::Signal => Ok(summary),
+        Stop::Fatal(e) => Err(RunError::Fatal(e)),
+    }
+}
+
+impl RunError {
+    fn with_join(self, e: tokio::task::JoinError) -> Self {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        self
+    }
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}

@@ -1,0 +1,57 @@
+//! librdkafka's statistics (`statistics.interval.ms`), as the health signals
+//! use them: per assigned partition the log start offset (`lo_offset`), the
+//! high watermark (`hi_offset`), librdkafka's committed offset and fetch
+//! state; per group the state and rebalance count.
+//!
+//! Freshness: librdkafka emits a report every `statistics.interval.ms`, and
+//! rdkafka hands it over only from inside a poll of the consumer; the poll
+//! loop polls at least every `IDLE_POLL_TICK` (1 s). The
+//! high watermark in a report is the one the last Fetch response carried: a
+//! partition paused by backpressure does not fetch, so its high watermark is
+//! as old as the pause.
+
+use std::time::Instant;
+
+use rdkafka::Statistics;
+
+use crate::engine::assignment::Assignment;
+use crate::engine::offset_reset::Resets;
+use crate::health::hub::HealthHub;
+
+/// Takes a statistics report: per assigned partition, then the group.
+pub(crate) fn ingest(
+    assignment: &Assignment,
+    health: &HealthHub,
+    resets: &Resets,
+    statistics: &Statistics,
+) {
+    let now = Instant::now();
+    let mut stopped = Vec::new();
+    for state in assignment.assigned() {
+        let Some(p) = statistics
+            .topics
+            .get(&*state.topic)
+            .and_then(|t| t.partitions.get(&state.partition))
+        else {
+            continue;
+        };
+        let is_stopped = p.fetch_state == "none";
+        let mut s = state.health.stats.lock().unwrap_or_else(|e| e.into_inner());
+        s.update(
+            now,
+            p.lo_offset,
+            p.hi_offset,
+            p.committed_offset,
+            is_stopped,
+        );
+        let runs = s.fetch_stopped;
+        drop(s);
+        if is_stopped {
+            stopped.push((state, runs));
+        }
+    }
+    if let Some(group) = &statistics.cgrp {
+        health.group_statistics(&group.state);
+    }
+    resets.statistics_received(now, stopped);
+}

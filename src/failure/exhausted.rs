@@ -1,0 +1,222 @@
+//! What happens to a record whose attempts ran out: the policy, and the
+//! storm guard that turns dead-lettering into blocking while too many
+//! records fail.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::failure::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::metrics::instruments::Instruments;
+
+/// What happens to a record whose attempts ran out. See the [module
+/// docs](crate::failure).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub enum OnExhausted {
+    /// Stop the partition at the record and keep retrying at the capped
+    /// backoff; nothing after it is handled or committed until it succeeds.
+    #[default]
+    Block,
+    /// Park the record in a dead-letter topic, then move on.
+    DeadLetter(DeadLetter),
+    /// Give the record up and commit past it. The record is **lost** to this
+    /// consumer group; counted and logged at ERROR.
+    SkipAndCommitPast,
+}
+
+/// Defaults of [`StormGuard`].
+pub const DEFAULT_STORM_MAX_FAILURE_RATIO: f64 = 0.5;
+/// Default window of [`StormGuard`].
+pub const DEFAULT_STORM_WINDOW: Duration = Duration::from_secs(60);
+/// Default minimum sample of [`StormGuard`].
+pub const DEFAULT_STORM_MIN_RECORDS: u64 = 20;
+
+/// Stops dead-lettering when too many recent records fail: a bad deploy or a
+/// dead dependency would otherwise shovel a whole topic into the dead-letter
+/// topic. While tripped, records whose attempts run out are blocked instead
+/// of dead-lettered ([`OnExhausted::Block`](crate::failure::OnExhausted::Block) behaviour) until the failure share
+/// falls again.
+///
+/// The failure share is `failed / (failed + succeeded)` over the last
+/// `window`, counting records (not attempts) of all partitions; a record
+/// counts as failed when its first attempt failed. It is only judged once at
+/// least `min_records` records finished in the window.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub struct StormGuard {
+    pub(crate) max_failure_ratio: f64,
+    pub(crate) window: Duration,
+    pub(crate) min_records: u64,
+    pub(crate) enabled: bool,
+}
+
+impl Default for StormGuard {
+    fn default() -> Self {
+        StormGuard {
+            max_failure_ratio: DEFAULT_STORM_MAX_FAILURE_RATIO,
+            window: DEFAULT_STORM_WINDOW,
+            min_records: DEFAULT_STORM_MIN_RECORDS,
+            enabled: true,
+        }
+    }
+}
+
+impl StormGuard {
+    /// The default guard: trips above 50 % failing records over 60 s, once
+    /// at least 20 records finished.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// No guard: dead-letter whatever the failure share.
+    pub fn disabled() -> Self {
+        StormGuard {
+            enabled: false,
+            ..Self::default()
+        }
+    }
+
+    /// Trip when more than this share of recent records failed. In `(0, 1]`;
+    /// defaults to 0.5.
+    pub fn max_failure_ratio(mut self, ratio: f64) -> Self {
+        self.max_failure_ratio = ratio;
+        self
+    }
+
+    /// The window the share is measured over. Defaults to 60 s.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The least number of finished records in the window before the share
+    /// is judged. Defaults to 20.
+    pub fn min_records(mut self, records: u64) -> Self {
+        self.min_records = records;
+        self
+    }
+}
+
+/// The exhausted-record decision of a run: the policy, the dead-letter
+/// writer (with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter)) and the storm guard's state.
+pub(crate) struct Exhausted {
+    on_exhausted: OnExhausted,
+    dead_letter: Option<DeadLetterWriter>,
+    guard: StormGuard,
+    /// Samples of (time, records succeeded, records failed), oldest first;
+    /// taken by the committer thread about once per commit interval.
+    samples: Mutex<VecDeque<(Instant, u64, u64)>>,
+    active: AtomicBool,
+    instruments: Instruments,
+}
+
+/// The decision for a record whose attempts ran out.
+pub(crate) enum Decision<'a> {
+    Skip,
+    DeadLetter(&'a DeadLetterWriter),
+    /// Block the partition; `storm` when the storm guard turned a
+    /// dead-letter decision into this.
+    Block {
+        storm: bool,
+    },
+}
+
+impl Exhausted {
+    pub(crate) fn new(
+        on_exhausted: OnExhausted,
+        dead_letter: Option<DeadLetterWriter>,
+        guard: StormGuard,
+        instruments: Instruments,
+    ) -> Self {
+        Exhausted {
+            on_exhausted,
+            dead_letter,
+            guard,
+            samples: Mutex::new(VecDeque::from([(Instant::now(), 0, 0)])),
+            active: AtomicBool::new(false),
+            instruments,
+        }
+    }
+
+    /// The dead-letter writer, with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter).
+    pub(crate) fn dead_letter(&self) -> Option<&DeadLetterWriter> {
+        self.dead_letter.as_ref()
+    }
+
+    /// What to do with a record whose attempts ran out. `outcomes`: the
+    /// run's records succeeded and records failed so far.
+    pub(crate) fn decide(&self, outcomes: (u64, u64)) -> Decision<'_> {
+        match (&self.on_exhausted, &self.dead_letter) {
+            (OnExhausted::SkipAndCommitPast, _) => Decision::Skip,
+            (OnExhausted::DeadLetter(_), Some(writer)) => {
+                if self.storm_tripped(outcomes) {
+                    Decision::Block { storm: true }
+                } else {
+                    Decision::DeadLetter(writer)
+                }
+            }
+            _ => Decision::Block { storm: false },
+        }
+    }
+
+    /// Takes a storm-guard sample of `outcomes` (records succeeded, records
+    /// failed so far) and drops samples older than the window.
+    pub(crate) fn sample(&self, outcomes: (u64, u64)) {
+        if !self.guard.enabled {
+            return;
+        }
+        let now = Instant::now();
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.push_back((now, outcomes.0, outcomes.1));
+        // Keep one sample at or before the window's start as the baseline.
+        while samples.len() > 2 && now.duration_since(samples[1].0) >= self.guard.window {
+            samples.pop_front();
+        }
+    }
+
+    /// `true` while more than the guard's share of the window's records
+    /// failed. Logs and records the transitions.
+    fn storm_tripped(&self, (succeeded, failed): (u64, u64)) -> bool {
+        let g = &self.guard;
+        if !g.enabled {
+            return false;
+        }
+        let (base_ok, base_failed) = {
+            let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            samples
+                .iter()
+                .rev()
+                .find(|(t, _, _)| now.duration_since(*t) >= g.window)
+                .or(samples.front())
+                .map(|&(_, ok, f)| (ok, f))
+                .unwrap_or((0, 0))
+        };
+        let ok = succeeded.saturating_sub(base_ok);
+        let bad = failed.saturating_sub(base_failed);
+        let total = ok + bad;
+        let tripped = total >= g.min_records && bad as f64 > g.max_failure_ratio * total as f64;
+        let was = self.active.swap(tripped, Ordering::AcqRel);
+        if tripped != was {
+            self.instruments.storm_guard(tripped);
+            if tripped {
+                tracing::error!(
+                    failed = bad,
+                    finished = total,
+                    window = ?g.window,
+                    max_failure_ratio = g.max_failure_ratio,
+                    "storm guard tripped: too many recent records fail; blocking instead of dead-lettering until the failure share falls"
+                );
+            } else {
+                tracing::warn!(
+                    failed = bad,
+                    finished = total,
+                    "storm guard cleared: dead-lettering resumes"
+                );
+            }
+        }
+        tripped
+    }
+}

@@ -1,0 +1,37 @@
+//! Failing records: how often a record is retried, and what happens when its
+//! attempts run out.
+//!
+//! A record whose handler fails is retried **in place**: its partition does not
+//! move past it, and no offset after it is committed, until the record has
+//! either succeeded or been durably parked. Retries back off without blocking
+//! other partitions or the poll loop.
+//!
+//! When the attempts run out (or the handler returned a [`permanent`] error),
+//! [`OnExhausted`] decides:
+//! - [`OnExhausted::Block`] (the default): the partition stops at the record,
+//!   keeps retrying at the capped backoff, stays a group member, and reports
+//!   itself blocked ([`PARTITION_BLOCKED`](crate::metrics::PARTITION_BLOCKED)).
+//! - [`OnExhausted::DeadLetter`]: the record is written to a dead-letter topic
+//!   with headers that describe where it came from and why it failed
+//!   ([`DeadLetter`]); only after the broker acknowledged the write does the
+//!   source offset become committable.
+//! - [`OnExhausted::SkipAndCommitPast`]: the record is given up and committed
+//!   past. Opt-in; counted in
+//!   [`SKIPPED_MESSAGES`](crate::metrics::SKIPPED_MESSAGES) and logged at
+//!   ERROR.
+
+pub mod dead_letter;
+mod exhausted;
+mod retry;
+
+pub use dead_letter::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter, DeadLetterHeaders};
+pub use exhausted::{
+    DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, OnExhausted,
+    StormGuard,
+};
+pub(crate) use exhausted::{Decision, Exhausted};
+pub(crate) use retry::is_permanent;
+pub use retry::{
+    DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
+    Permanent, RetryPolicy, permanent,
+};

@@ -1,0 +1,360 @@
+//! The health hub: one per consumer, created with the builder (so a
+//! [`HealthHandle`] exists before the run), connected to the engine through
+//! [`EngineView`] when the run starts.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::Meter;
+
+use crate::health::gauges::HealthInstruments;
+use crate::health::judge::{Evaluated, Track, evaluate_one};
+use crate::health::partition::AnomalyKind;
+use crate::health::report::*;
+use crate::health::thresholds::{DEFAULT_REPORT_EVENTS_FOR, HealthConfig};
+use crate::health::view::EngineView;
+use crate::metrics::OFFSET_RESET_REASON;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A handle to a consumer's health, cheap to clone and to query from any
+/// thread or task. Get it **before** running the consumer:
+///
+/// ```no_run
+/// use fresh_consumer::{FreshConsumer, Record};
+///
+/// # async fn run() -> Result<(), fresh_consumer::RunError> {
+/// let consumer = FreshConsumer::new(|_r: Record| async { Ok::<(), std::io::Error>(()) })
+///     .bootstrap_servers("localhost:9092")
+///     .group_id("billing")
+///     .topics(["payments"]);
+/// let health = consumer.health_handle();
+/// tokio::spawn(async move {
+///     loop {
+///         tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+///         let s = health.snapshot();
+///         if !s.is_healthy() {
+///             eprintln!("{s}");
+///         }
+///     }
+/// });
+/// consumer.run().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct HealthHandle {
+    hub: Arc<HealthHub>,
+}
+
+impl HealthHandle {
+    pub(crate) fn new(hub: Arc<HealthHub>) -> Self {
+        HealthHandle { hub }
+    }
+}
+
+impl fmt::Debug for HealthHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HealthHandle")
+            .field("state", &self.hub.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthHandle {
+    /// Evaluates the consumer's health now. Cheap: no network I/O, a few
+    /// short locks per assigned partition; call it from a probe handler as
+    /// often as you like.
+    pub fn snapshot(&self) -> HealthSnapshot {
+        self.hub.snapshot()
+    }
+}
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const STOPPED: u8 = 2;
+
+/// Rebalance events, for [`REBALANCES`](crate::metrics::REBALANCES).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RebalanceKind {
+    Assigned = 0,
+    Revoked = 1,
+    Lost = 2,
+}
+
+/// What the run gives the hub when it starts.
+struct Run {
+    engine: Weak<dyn EngineView>,
+    config: HealthConfig,
+    poll_warning: Duration,
+    max_poll_interval: Duration,
+}
+
+/// The health state of one consumer: created with the builder (so a handle
+/// exists before the run), connected to the engine when the run starts.
+pub(crate) struct HealthHub {
+    origin: Instant,
+    state: AtomicU8,
+    run: OnceLock<Run>,
+    instruments: OnceLock<HealthInstruments>,
+    /// Per topic-partition evaluation state, kept across re-assignments of
+    /// the same partition to this member.
+    tracks: Mutex<HashMap<(Arc<str>, i32), Track>>,
+    member_id: Mutex<Option<String>>,
+    member_id_changes: AtomicU64,
+    rebalances: [AtomicU64; 3],
+    group_state: Mutex<Option<String>>,
+    /// Nanoseconds since `origin` + 1 of the last "max.poll.interval.ms
+    /// exceeded"; 0 = never.
+    poll_exceeded_at: AtomicU64,
+    /// Held by the rebalance callback and by a restart of stopped
+    /// partitions: they never interleave.
+    assign_lock: Mutex<()>,
+    /// The freshness objectives of the run, set when it starts.
+    pub(crate) slo: OnceLock<Arc<crate::slo::SloRegistry>>,
+}
+
+impl HealthHub {
+    pub(crate) fn new() -> Self {
+        HealthHub {
+            origin: Instant::now(),
+            state: AtomicU8::new(NOT_STARTED),
+            run: OnceLock::new(),
+            instruments: OnceLock::new(),
+            tracks: Mutex::new(HashMap::new()),
+            member_id: Mutex::new(None),
+            member_id_changes: AtomicU64::new(0),
+            rebalances: Default::default(),
+            group_state: Mutex::new(None),
+            poll_exceeded_at: AtomicU64::new(0),
+            assign_lock: Mutex::new(()),
+            slo: OnceLock::new(),
+        }
+    }
+
+    fn state(&self) -> ConsumerState {
+        match self.state.load(Ordering::Acquire) {
+            NOT_STARTED => ConsumerState::NotStarted,
+            RUNNING => ConsumerState::Running,
+            _ => ConsumerState::Stopped,
+        }
+    }
+
+    pub(crate) fn config(&self) -> Option<&HealthConfig> {
+        self.run.get().map(|r| &r.config)
+    }
+
+    fn engine(&self) -> Option<Arc<dyn EngineView>> {
+        self.run.get()?.engine.upgrade()
+    }
+
+    /// The clock origin of the hub's timestamps.
+    pub(crate) fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    pub(crate) fn assign_lock(&self) -> MutexGuard<'_, ()> {
+        lock(&self.assign_lock)
+    }
+
+    /// Builds the instruments (once per hub).
+    pub(crate) fn register_instruments(self: &Arc<Self>, meter: &Meter, group: &str) {
+        let _ = self
+            .instruments
+            .set(HealthInstruments::new(meter, group, Arc::downgrade(self)));
+    }
+
+    /// Connects the hub to a starting run.
+    pub(crate) fn start(
+        &self,
+        engine: Weak<dyn EngineView>,
+        config: HealthConfig,
+        poll_warning: Duration,
+        max_poll_interval: Duration,
+    ) {
+        let _ = self.run.set(Run {
+            engine,
+            config,
+            poll_warning,
+            max_poll_interval,
+        });
+        self.state.store(RUNNING, Ordering::Release);
+    }
+
+    /// The run ended.
+    pub(crate) fn stopped(&self) {
+        self.state.store(STOPPED, Ordering::Release);
+    }
+
+    /// Counts a rebalance event.
+    pub(crate) fn rebalance(&self, kind: RebalanceKind) {
+        self.rebalances[kind as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = self.instruments.get() {
+            i.rebalances.add(1, &i.rebalance_attrs[kind as usize]);
+        }
+    }
+
+    /// Notes the member id after a rebalance; logs a change.
+    pub(crate) fn member_id(&self, id: Option<String>) {
+        let Some(id) = id.filter(|id| !id.is_empty()) else {
+            return;
+        };
+        let mut cur = lock(&self.member_id);
+        match cur.as_deref() {
+            Some(old) if old == id => {}
+            Some(old) => {
+                let changes = self.member_id_changes.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(
+                    old_member_id = old,
+                    member_id = %id,
+                    changes,
+                    "group member id changed from {old} to {id}: this member left the group and rejoined as a new member (poll interval exceeded, session timeout, fenced); member ids that keep changing mean a rebalance loop"
+                );
+                *cur = Some(id);
+            }
+            None => {
+                tracing::info!(member_id = %id, "joined the consumer group as member {id}");
+                *cur = Some(id);
+            }
+        }
+    }
+
+    /// librdkafka reported `max.poll.interval.ms` exceeded.
+    pub(crate) fn poll_exceeded(&self) {
+        let ns = self.origin.elapsed().as_nanos() as u64 + 1;
+        self.poll_exceeded_at.store(ns, Ordering::Relaxed);
+    }
+
+    /// librdkafka's consumer-group state from a statistics report.
+    pub(crate) fn group_statistics(&self, state: &str) {
+        let mut g = lock(&self.group_state);
+        if g.as_deref() != Some(state) {
+            *g = Some(state.to_owned());
+        }
+    }
+
+    /// Counts an offset anomaly of the partition with metric attributes
+    /// `base`.
+    pub(crate) fn count_anomaly(&self, base: &[KeyValue], kind: &AnomalyKind) {
+        let Some(i) = self.instruments.get() else {
+            return;
+        };
+        if let AnomalyKind::RetentionOverrun { lost, .. } = kind {
+            i.overrun.add(*lost, base);
+        }
+        let mut attrs = base.to_vec();
+        attrs.push(KeyValue::new(OFFSET_RESET_REASON, kind.reason()));
+        i.resets.add(1, &attrs);
+    }
+
+    /// Evaluates every assigned partition now.
+    pub(crate) fn evaluate(&self) -> Vec<Evaluated> {
+        let (Some(engine), Some(run)) = (self.engine(), self.run.get()) else {
+            return Vec::new();
+        };
+        let t = &run.config.thresholds;
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let states = engine.partitions();
+        let mut tracks = lock(&self.tracks);
+        let out = states
+            .into_iter()
+            .map(|s| evaluate_one(&mut tracks, s, now, wall, t))
+            .collect();
+        let keep = 2 * t.stall_after.max(t.report_events_for);
+        tracks.retain(|_, tr| now.saturating_duration_since(tr.last_seen) < keep);
+        out
+    }
+
+    /// The number of assigned partitions, while the engine runs.
+    pub(crate) fn assignment_size(&self) -> Option<usize> {
+        self.engine().map(|e| e.assignment_size())
+    }
+
+    pub(crate) fn snapshot(&self) -> HealthSnapshot {
+        let state = self.state();
+        let evaluated = self.evaluate();
+        let mut reasons = Vec::new();
+        match state {
+            ConsumerState::NotStarted => reasons.push(HealthReason::NotStarted),
+            ConsumerState::Stopped => reasons.push(HealthReason::Stopped),
+            ConsumerState::Running => {}
+        }
+        let now = Instant::now();
+        if let (ConsumerState::Running, Some(run), Some(engine)) =
+            (state, self.run.get(), self.engine())
+            && let Some(gap) = engine.poll_gap()
+            && gap >= run.poll_warning
+        {
+            reasons.push(HealthReason::PollGap {
+                gap,
+                max_poll_interval: run.max_poll_interval,
+            });
+        }
+        let report_for = self
+            .config()
+            .map(|c| c.thresholds.report_events_for)
+            .unwrap_or(DEFAULT_REPORT_EVENTS_FOR);
+        match self.poll_exceeded_at.load(Ordering::Relaxed) {
+            0 => {}
+            ns => {
+                let ago = now.saturating_duration_since(self.origin + Duration::from_nanos(ns - 1));
+                if ago < report_for {
+                    reasons.push(HealthReason::PollIntervalExceeded { ago });
+                }
+            }
+        }
+        let thresholds = self
+            .config()
+            .map(|c| c.thresholds.clone())
+            .unwrap_or_default();
+        let mut partitions: Vec<PartitionReport> = evaluated
+            .iter()
+            .map(|e| e.report(&thresholds, now))
+            .collect();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let status = reasons
+            .iter()
+            .map(HealthReason::severity)
+            .chain(partitions.iter().map(PartitionReport::health))
+            .max()
+            .unwrap_or(HealthStatus::Healthy);
+        HealthSnapshot {
+            status,
+            state,
+            member_id: lock(&self.member_id).clone(),
+            member_id_changes: self.member_id_changes.load(Ordering::Relaxed),
+            rebalances: self
+                .rebalances
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum(),
+            group_state: lock(&self.group_state).clone(),
+            partitions,
+            reasons,
+            objectives: self.slo.get().map(|s| s.reports()).unwrap_or_default(),
+            taken_at: SystemTime::now(),
+        }
+    }
+}
+
+/// Marks the hub stopped when the run ends, however it ends (an error, a
+/// cancelled future).
+pub(crate) struct RunGuard(Arc<HealthHub>);
+
+impl RunGuard {
+    pub(crate) fn new(hub: &Arc<HealthHub>) -> Self {
+        RunGuard(Arc::clone(hub))
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.0.stopped();
+    }
+}

@@ -1,0 +1,575 @@
+//! The status rules: from what the engine shows of a partition (its
+//! [`PartitionView`]) to a [`PartitionStatus`], the signals and the reasons.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::health::hub::lock;
+use crate::health::partition::{AnomalyKind, OffsetAnomaly};
+use crate::health::report::{HealthReason, PartitionReport, PartitionStatus};
+use crate::health::thresholds::HealthThresholds;
+use crate::health::view::{PartitionView, Progress};
+use crate::record::unix_ms;
+
+/// How often the health thread evaluates the partitions.
+pub(crate) const EVAL_TICK: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    at: Instant,
+    committed: i64,
+    lag: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RewindEvent {
+    at: Instant,
+    from: i64,
+    to: i64,
+}
+
+/// Evaluation state of one topic-partition.
+#[derive(Debug)]
+pub(crate) struct Track {
+    /// The assignment (the `PartitionState`'s address) last evaluated.
+    assignment: usize,
+    committed: Option<i64>,
+    last_advance: Instant,
+    lag_since: Option<Instant>,
+    samples: VecDeque<Sample>,
+    rewind: Option<RewindEvent>,
+    pub(crate) last_seen: Instant,
+}
+
+impl Track {
+    pub(crate) fn new(now: Instant, assignment: usize) -> Self {
+        Track {
+            assignment,
+            committed: None,
+            last_advance: now,
+            lag_since: None,
+            samples: VecDeque::new(),
+            rewind: None,
+            last_seen: now,
+        }
+    }
+
+    /// Keeps the history across a re-assignment of the same partition
+    /// unless it was away for longer than `forget_after`.
+    fn seen(&mut self, now: Instant, assignment: usize, forget_after: Duration) {
+        if self.assignment != assignment {
+            if now.saturating_duration_since(self.last_seen) > forget_after {
+                *self = Track::new(now, assignment);
+            }
+            self.assignment = assignment;
+        }
+        self.last_seen = now;
+    }
+
+    /// Samples the lag every eighth of the window; returns `(first lag, last
+    /// lag, window)` when over a full window the lag grew at every sample
+    /// while the committed offset advanced.
+    fn growth(
+        &mut self,
+        now: Instant,
+        committed: Option<i64>,
+        lag: Option<u64>,
+        window: Duration,
+    ) -> Option<(u64, u64, Duration)> {
+        let (Some(committed), Some(lag)) = (committed, lag) else {
+            self.samples.clear();
+            return None;
+        };
+        let every = (window / 8).max(EVAL_TICK);
+        if self
+            .samples
+            .back()
+            .is_none_or(|s| now.saturating_duration_since(s.at) >= every)
+        {
+            self.samples.push_back(Sample {
+                at: now,
+                committed,
+                lag,
+            });
+        }
+        while self.samples.len() > 1 && now.saturating_duration_since(self.samples[1].at) >= window
+        {
+            self.samples.pop_front();
+        }
+        let (first, last) = (*self.samples.front()?, *self.samples.back()?);
+        if self.samples.len() < 3 || now.saturating_duration_since(first.at) < window {
+            return None;
+        }
+        let rising = self
+            .samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .all(|(a, b)| b.lag >= a.lag);
+        let grew = self.samples.iter().all(|s| s.lag > 0)
+            && rising
+            && last.lag > first.lag
+            && last.committed > first.committed;
+        grew.then(|| (first.lag, last.lag, now.saturating_duration_since(first.at)))
+    }
+}
+
+/// What the evaluation of one partition needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Inputs {
+    /// The group's committed offset, if known.
+    committed: Option<i64>,
+    /// What the lag is counted from: the committed offset, or where
+    /// consumption started.
+    base: Option<i64>,
+    /// The next offset after the contiguous completed run.
+    processed: Option<i64>,
+    high_watermark: Option<i64>,
+    /// Not consumed by policy.
+    failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub(crate) status: PartitionStatus,
+    pub(crate) lag: Option<u64>,
+    pub(crate) processed_lag: Option<u64>,
+    pub(crate) stalled_for: Duration,
+    lag_since: Option<Instant>,
+    growth: Option<(u64, u64, Duration)>,
+    rewind: Option<RewindEvent>,
+}
+
+/// The status rules (see the module documentation).
+fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judged {
+    if let Some(c) = i.committed {
+        match tr.committed {
+            Some(prev) if c > prev => tr.last_advance = now,
+            Some(prev) if c < prev => {
+                tr.last_advance = now;
+                tr.rewind = Some(RewindEvent {
+                    at: now,
+                    from: prev,
+                    to: c,
+                });
+            }
+            _ => {}
+        }
+        tr.committed = Some(c);
+    }
+    let minus = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) => Some((a - b).max(0) as u64),
+        _ => None,
+    };
+    let lag = minus(i.high_watermark, i.base);
+    let processed_lag = minus(i.high_watermark, i.processed.or(i.base));
+    let waiting = lag.is_some_and(|l| l > 0);
+    let lag_since = if waiting {
+        Some(*tr.lag_since.get_or_insert(now))
+    } else {
+        tr.lag_since = None;
+        None
+    };
+    let stalled_for = match lag_since {
+        Some(since) => now.saturating_duration_since(since.max(tr.last_advance)),
+        None => Duration::ZERO,
+    };
+    let growth = tr.growth(now, i.base, lag, t.lag_growth_window);
+    let rewind = tr
+        .rewind
+        .filter(|r| now.saturating_duration_since(r.at) < t.lag_growth_window);
+    let status = if i.failed {
+        PartitionStatus::Stop
+    } else if rewind.is_some() {
+        PartitionStatus::Rewind
+    } else if stalled_for >= t.stall_after {
+        if matches!((i.processed, i.base), (Some(p), Some(b)) if p > b) {
+            PartitionStatus::Stop
+        } else {
+            PartitionStatus::Stall
+        }
+    } else if growth.is_some() {
+        PartitionStatus::Warn
+    } else {
+        PartitionStatus::Ok
+    };
+    Judged {
+        status,
+        lag,
+        processed_lag,
+        stalled_for,
+        lag_since,
+        growth,
+        rewind,
+    }
+}
+
+/// One partition's evaluated signals.
+pub(crate) struct Evaluated {
+    pub(crate) view: Arc<dyn PartitionView>,
+    pub(crate) judged: Judged,
+    committed: Option<i64>,
+    processed: Option<i64>,
+    high_watermark: Option<i64>,
+    log_start: Option<i64>,
+    pub(crate) head_age: Duration,
+    since_success: Option<Duration>,
+    no_success_for: Duration,
+    blocked_for: Option<Duration>,
+    anomaly: Option<OffsetAnomaly>,
+    statistics_age: Option<Duration>,
+}
+
+/// Evaluates one partition, keeping its history in `tracks`.
+pub(crate) fn evaluate_one(
+    tracks: &mut HashMap<(Arc<str>, i32), Track>,
+    view: Arc<dyn PartitionView>,
+    now: Instant,
+    wall: SystemTime,
+    t: &HealthThresholds,
+) -> Evaluated {
+    let h = view.health();
+    let Progress {
+        position,
+        head,
+        completed,
+    } = view.progress();
+    let own = view.committed();
+    let known = h.known_committed();
+    let mut st = lock(&h.stats);
+    let committed = [own, known, st.committed()].into_iter().flatten().next();
+    let base = committed.or_else(|| h.estimate());
+    let high_watermark = match (st.high_watermark(), position) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let log_start = st.log_start();
+    let head_age = match head {
+        Some((_, event_ms)) => {
+            Duration::from_millis((unix_ms(wall) - event_ms).max(0).unsigned_abs())
+        }
+        // Nothing fetched waits: records known from the high watermark to
+        // exist beyond the position (or, without one, the log start).
+        None => position
+            .or(base)
+            .or(log_start)
+            .and_then(|p| st.known_since(p))
+            .map(|since| now.saturating_duration_since(since))
+            .unwrap_or_default(),
+    };
+    let statistics_age = st.at.map(|at| now.saturating_duration_since(at));
+    drop(st);
+    let key = (Arc::clone(view.topic()), view.partition());
+    // The assignment's identity: the engine's state of the partition.
+    let id = Arc::as_ptr(&view) as *const () as usize;
+    let track = tracks
+        .entry(key)
+        .or_insert_with(|| Track::new(h.assigned_at().min(now), id));
+    track.seen(now, id, t.stall_after);
+    let processed = completed.or(base);
+    let judged = judge(
+        track,
+        Inputs {
+            committed,
+            base,
+            processed,
+            high_watermark,
+            failed: h.is_failed(),
+        },
+        now,
+        t,
+    );
+    let last_success = h.last_success();
+    let no_success_for = match judged.lag_since {
+        Some(since) => {
+            now.saturating_duration_since(since.max(last_success.unwrap_or(h.assigned_at())))
+        }
+        None => Duration::ZERO,
+    };
+    let blocked_for = view
+        .blocked_since_ms()
+        .map(|ms| Duration::from_millis((unix_ms(wall) - ms).max(0).unsigned_abs()));
+    let anomaly = h.anomaly();
+    Evaluated {
+        judged,
+        committed,
+        processed,
+        high_watermark,
+        log_start,
+        head_age,
+        since_success: last_success.map(|at| now.saturating_duration_since(at)),
+        no_success_for,
+        blocked_for,
+        anomaly,
+        statistics_age,
+        view,
+    }
+}
+
+impl Evaluated {
+    fn reasons(&self, t: &HealthThresholds, now: Instant) -> Vec<HealthReason> {
+        let mut out = Vec::new();
+        let j = &self.judged;
+        let failed = self.view.health().is_failed();
+        if let Some(a) = self.anomaly {
+            let ago = now.saturating_duration_since(a.at);
+            if failed || ago < t.report_events_for {
+                out.push(match a.kind {
+                    AnomalyKind::RetentionOverrun {
+                        offset,
+                        log_start,
+                        lost,
+                        ..
+                    } => HealthReason::RetentionOverrun {
+                        offset,
+                        log_start_offset: log_start,
+                        lost,
+                        policy: a.policy,
+                        resumed_at: a.resumed_at,
+                        ago,
+                    },
+                    AnomalyKind::AboveHighWatermark {
+                        offset,
+                        high_watermark,
+                        ..
+                    } => HealthReason::CommittedAboveHighWatermark {
+                        offset,
+                        high_watermark,
+                        policy: a.policy,
+                        resumed_at: a.resumed_at,
+                        ago,
+                    },
+                    AnomalyKind::NoCommittedOffset => HealthReason::NoCommittedOffset,
+                });
+            }
+        }
+        match j.status {
+            PartitionStatus::Stall => out.push(HealthReason::Stalled {
+                duration: j.stalled_for,
+            }),
+            PartitionStatus::Stop if !failed => out.push(HealthReason::NotCommitting {
+                duration: j.stalled_for,
+            }),
+            PartitionStatus::Warn => {
+                if let Some((from, to, over)) = j.growth {
+                    out.push(HealthReason::LagGrowing { from, to, over });
+                }
+            }
+            PartitionStatus::Rewind => {
+                if let Some(r) = j.rewind {
+                    out.push(HealthReason::Rewound {
+                        from: r.from,
+                        to: r.to,
+                        ago: now.saturating_duration_since(r.at),
+                    });
+                }
+            }
+            _ => {}
+        }
+        if !failed && self.no_success_for >= t.no_success_after {
+            out.push(HealthReason::NoSuccess {
+                duration: self.no_success_for,
+            });
+        }
+        if let Some(duration) = self.blocked_for {
+            out.push(HealthReason::BlockedByFailingRecord { duration });
+        }
+        out
+    }
+
+    pub(crate) fn report(&self, t: &HealthThresholds, now: Instant) -> PartitionReport {
+        let j = &self.judged;
+        PartitionReport {
+            topic: self.view.topic().to_string(),
+            partition: self.view.partition(),
+            status: j.status,
+            committed_offset: self.committed,
+            processed_offset: self.processed,
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start,
+            lag: j.lag,
+            processed_lag: j.processed_lag,
+            head_age: self.head_age,
+            stalled_for: j.stalled_for,
+            since_last_success: self.since_success,
+            statistics_age: self.statistics_age,
+            reasons: self.reasons(t, now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> HealthThresholds {
+        HealthThresholds::default()
+            .with_stall_after(Duration::from_secs(10))
+            .with_lag_growth_window(Duration::from_secs(8))
+    }
+
+    fn inputs(committed: i64, processed: i64, hi: i64) -> Inputs {
+        Inputs {
+            committed: Some(committed),
+            base: Some(committed),
+            processed: Some(processed),
+            high_watermark: Some(hi),
+            failed: false,
+        }
+    }
+
+    #[test]
+    fn caught_up_is_ok_and_never_stalls() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        for s in 0..100 {
+            let j = judge(
+                &mut tr,
+                inputs(50, 50, 50),
+                t0 + Duration::from_secs(s),
+                &t(),
+            );
+            assert_eq!(j.status, PartitionStatus::Ok);
+            assert_eq!(j.lag, Some(0));
+            assert_eq!(j.stalled_for, Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn a_frozen_commit_with_lag_stalls_after_the_window() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(
+            judge(&mut tr, inputs(10, 10, 10), at(0), &t()).status,
+            PartitionStatus::Ok
+        );
+        // Records arrive at t=5; the head fails and nothing completes.
+        let j = judge(&mut tr, inputs(10, 10, 20), at(5), &t());
+        assert_eq!(
+            (j.status, j.lag, j.stalled_for),
+            (PartitionStatus::Ok, Some(10), Duration::ZERO)
+        );
+        let j = judge(&mut tr, inputs(10, 10, 20), at(14), &t());
+        assert_eq!(j.status, PartitionStatus::Ok);
+        assert_eq!(j.stalled_for, Duration::from_secs(9));
+        let j = judge(&mut tr, inputs(10, 10, 20), at(15), &t());
+        assert_eq!(j.status, PartitionStatus::Stall);
+        // It recovers as soon as the commit advances.
+        let j = judge(&mut tr, inputs(15, 15, 20), at(16), &t());
+        assert_eq!(
+            (j.status, j.stalled_for),
+            (PartitionStatus::Ok, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn processed_but_not_committed_is_stop() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        judge(&mut tr, inputs(10, 10, 30), t0, &t());
+        let j = judge(
+            &mut tr,
+            inputs(10, 25, 30),
+            t0 + Duration::from_secs(11),
+            &t(),
+        );
+        assert_eq!(j.status, PartitionStatus::Stop);
+        assert_eq!(j.processed_lag, Some(5));
+        assert_eq!(j.lag, Some(20));
+    }
+
+    #[test]
+    fn a_committed_offset_going_back_is_rewind_for_the_window() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        judge(&mut tr, inputs(900, 900, 900), t0, &t());
+        let j = judge(&mut tr, inputs(5, 5, 40), t0 + Duration::from_secs(1), &t());
+        assert_eq!(j.status, PartitionStatus::Rewind);
+        assert_eq!(j.rewind.map(|r| (r.from, r.to)), Some((900, 5)));
+        let j = judge(
+            &mut tr,
+            inputs(40, 40, 40),
+            t0 + Duration::from_secs(9),
+            &t(),
+        );
+        assert_eq!(
+            j.status,
+            PartitionStatus::Ok,
+            "reported for the window only"
+        );
+    }
+
+    #[test]
+    fn growing_lag_with_advancing_commits_is_warn() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let mut last = PartitionStatus::Ok;
+        // Commits advance by 10 per second, the high watermark by 20.
+        for s in 0..=10i64 {
+            let j = judge(
+                &mut tr,
+                inputs(10 * s, 10 * s, 100 + 20 * s),
+                t0 + Duration::from_secs(s as u64),
+                &t(),
+            );
+            last = j.status;
+            if s < 8 {
+                assert_eq!(
+                    j.status,
+                    PartitionStatus::Ok,
+                    "not a full window yet at {s}"
+                );
+            }
+        }
+        assert_eq!(last, PartitionStatus::Warn);
+        // The lag shrinking once ends it.
+        let j = judge(
+            &mut tr,
+            inputs(300, 300, 310),
+            t0 + Duration::from_secs(12),
+            &t(),
+        );
+        assert_eq!(j.status, PartitionStatus::Ok);
+    }
+
+    #[test]
+    fn failed_partitions_are_stop() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let mut i = inputs(3, 3, 710);
+        i.failed = true;
+        assert_eq!(judge(&mut tr, i, t0, &t()).status, PartitionStatus::Stop);
+    }
+
+    #[test]
+    fn history_survives_a_quick_reassignment_only() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        judge(&mut tr, inputs(10, 10, 20), t0, &t());
+        tr.seen(t0 + Duration::from_secs(3), 2, Duration::from_secs(10));
+        let j = judge(
+            &mut tr,
+            inputs(10, 10, 20),
+            t0 + Duration::from_secs(11),
+            &t(),
+        );
+        assert_eq!(
+            j.status,
+            PartitionStatus::Stall,
+            "a rebalance loop does not reset the clock"
+        );
+        tr.seen(t0 + Duration::from_secs(40), 3, Duration::from_secs(10));
+        let j = judge(
+            &mut tr,
+            inputs(10, 10, 20),
+            t0 + Duration::from_secs(41),
+            &t(),
+        );
+        assert_eq!(
+            j.status,
+            PartitionStatus::Ok,
+            "forgotten after a long absence"
+        );
+    }
+}

@@ -1,0 +1,54 @@
+//! Partition health: offset lag, head-of-line age, stalled partitions,
+//! offset anomalies, rebalances, and a cheap [`HealthSnapshot`] for probes.
+//!
+//! # Signals and their sources
+//!
+//! Every signal is per **assigned** partition (a partition this member no
+//! longer owns disappears from the gauges and the snapshot):
+//!
+//! | signal | source | staleness |
+//! |---|---|---|
+//! | committed offset | the library's own commits; before the first one, the group's committed offset read at assignment | exact for this member's commits |
+//! | processed offset | the library's completion tracking (next offset after the contiguous run of succeeded records) | exact |
+//! | high watermark, log start offset | librdkafka statistics (`hi_offset`, `lo_offset`), or the library's own position when that is ahead | up to `statistics.interval.ms` + 1 s (the poll tick), more while the partition is paused by backpressure (a paused partition does not fetch) |
+//! | head-of-line age | the event time of the oldest fetched record not yet completed; when none is waiting but statistics show records beyond the position, the time since a report first showed them (a lower bound) | exact for fetched records |
+//! | stalled duration, status | evaluated every 100 ms (and on each read) from the values above | 100 ms |
+//!
+//! The lag of a partition is **never summed** by the library: alert on the
+//! maximum over partitions.
+//!
+//! # Status per partition
+//!
+//! In the spirit of Burrow's evaluation, but from the member's own commits:
+//!
+//! - [`PartitionStatus::Ok`]: nothing below.
+//! - [`PartitionStatus::Warn`]: over [`HealthThresholds::lag_growth_window`]
+//!   the committed offset advanced but the lag grew at every sample.
+//! - [`PartitionStatus::Stall`]: the committed offset has not advanced for
+//!   [`HealthThresholds::stall_after`] while the lag is above zero, and no
+//!   further record completed either (the head of the line is stuck).
+//! - [`PartitionStatus::Stop`]: no commit for
+//!   [`HealthThresholds::stall_after`] while records wait although records
+//!   did complete (commits are not landing: a rebalance loop, a lost
+//!   coordinator); or the partition was stopped by
+//!   [`RetentionOverrunPolicy::Fail`].
+//! - [`PartitionStatus::Rewind`]: the committed offset went backwards within
+//!   the last [`HealthThresholds::lag_growth_window`].
+
+mod gauges;
+pub(crate) mod hub;
+mod judge;
+pub(crate) mod partition;
+mod report;
+pub(crate) mod thresholds;
+pub(crate) mod view;
+
+pub use hub::HealthHandle;
+pub(crate) use judge::EVAL_TICK;
+pub use report::{
+    ConsumerState, HealthReason, HealthSnapshot, HealthStatus, PartitionReport, PartitionStatus,
+};
+pub use thresholds::{
+    DEFAULT_LAG_GROWTH_WINDOW, DEFAULT_NO_SUCCESS_AFTER, DEFAULT_REPORT_EVENTS_FOR,
+    DEFAULT_STALL_AFTER, DEFAULT_STATISTICS_INTERVAL, HealthThresholds, RetentionOverrunPolicy,
+};

@@ -1,0 +1,344 @@
+//! The health state of one assigned partition, written by the engine (its
+//! worker, the statistics ingest, the offset-reset decisions) and read by
+//! the evaluation.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::Offset;
+
+use crate::health::hub::lock;
+use crate::health::thresholds::RetentionOverrunPolicy;
+
+/// Health state of one assigned partition, kept in the engine's state of
+/// the partition.
+pub(crate) struct PartitionHealth {
+    origin: Instant,
+    assigned_at: Instant,
+    /// From librdkafka's statistics.
+    pub(crate) stats: Mutex<PartitionStats>,
+    /// Where fetching (re)started, as librdkafka's raw offset.
+    start: AtomicI64,
+    /// The start as a number, or -1.
+    estimate: AtomicI64,
+    /// The group's committed offset read at assignment, or -1.
+    known_committed: AtomicI64,
+    /// Nanoseconds since `origin` + 1 of the last success; 0 = none.
+    last_success: AtomicU64,
+    restarted_at: Mutex<Option<Instant>>,
+    anomaly: Mutex<Option<OffsetAnomaly>>,
+    /// Not consumed (fail policy, or no committed offset with
+    /// `auto.offset.reset=error`).
+    failed: AtomicBool,
+}
+
+impl PartitionHealth {
+    /// `origin`: the hub's clock origin ([`HealthHub::origin`](crate::health::hub::HealthHub::origin)).
+    pub(crate) fn new(origin: Instant) -> Self {
+        PartitionHealth {
+            origin,
+            assigned_at: Instant::now(),
+            stats: Mutex::new(PartitionStats::default()),
+            start: AtomicI64::new(Offset::Invalid.to_raw().unwrap_or(-1001)),
+            estimate: AtomicI64::new(-1),
+            known_committed: AtomicI64::new(-1),
+            last_success: AtomicU64::new(0),
+            restarted_at: Mutex::new(None),
+            anomaly: Mutex::new(None),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// A record of the partition succeeded at `at` (the worker's clock
+    /// reading when the handler returned). Called by the worker.
+    pub(crate) fn succeeded(&self, at: Instant) {
+        let ns = at.saturating_duration_since(self.origin).as_nanos() as u64 + 1;
+        self.last_success.store(ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last_success(&self) -> Option<Instant> {
+        match self.last_success.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.origin + Duration::from_nanos(ns - 1)),
+        }
+    }
+
+    /// Where fetching (re)started.
+    pub(crate) fn start(&self) -> Offset {
+        Offset::from_raw(self.start.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn estimate(&self) -> Option<i64> {
+        Some(self.estimate.load(Ordering::Acquire)).filter(|&e| e >= 0)
+    }
+
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn set_anomaly(&self, a: OffsetAnomaly) {
+        *lock(&self.anomaly) = Some(a);
+    }
+
+    pub(crate) fn anomaly(&self) -> Option<OffsetAnomaly> {
+        *lock(&self.anomaly)
+    }
+
+    /// The fetcher was restarted at `offset`.
+    pub(crate) fn restarted(&self, at: Instant, offset: Offset) {
+        *lock(&self.restarted_at) = Some(at);
+        if let Some(raw) = offset.to_raw() {
+            self.start.store(raw, Ordering::Release);
+        }
+        if let Offset::Offset(o) = offset {
+            self.estimate.store(o, Ordering::Release);
+        }
+    }
+
+    /// `true` unless the fetcher was restarted less than `quiet` ago (a
+    /// statistics report may still show it stopped).
+    pub(crate) fn restart_settled(&self, now: Instant, quiet: Duration) -> bool {
+        lock(&self.restarted_at).is_none_or(|at| now.saturating_duration_since(at) >= quiet)
+    }
+
+    /// Takes the decision made at assignment: where fetching starts
+    /// (`start`, and as a number `estimate` when known), the group's
+    /// committed offset, and the watermarks `(log start, high watermark)`
+    /// read then.
+    pub(crate) fn planned(
+        &self,
+        at: Instant,
+        start: Offset,
+        estimate: Option<i64>,
+        committed: Option<i64>,
+        watermarks: Option<(i64, i64)>,
+    ) {
+        if let Some(raw) = start.to_raw() {
+            self.start.store(raw, Ordering::Release);
+        }
+        if let Some(est) = estimate {
+            self.estimate.store(est, Ordering::Release);
+        }
+        if let Some(c) = committed {
+            self.known_committed.store(c, Ordering::Release);
+        }
+        if let Some((lo, hi)) = watermarks {
+            lock(&self.stats).seed(at, lo, hi);
+        }
+    }
+
+    /// When the partition was assigned.
+    pub(crate) fn assigned_at(&self) -> Instant {
+        self.assigned_at
+    }
+
+    /// The group's committed offset read at assignment, if there was one.
+    pub(crate) fn known_committed(&self) -> Option<i64> {
+        Some(self.known_committed.load(Ordering::Acquire)).filter(|&c| c >= 0)
+    }
+}
+
+/// What is wrong with a partition's offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnomalyKind {
+    /// The offset to continue at is below the log start offset: `lost`
+    /// records were deleted by retention before they were processed.
+    RetentionOverrun {
+        offset: i64,
+        log_start: i64,
+        high_watermark: i64,
+        lost: u64,
+    },
+    /// The offset to continue at is above the high watermark (the topic was
+    /// deleted and recreated, or the log was truncated).
+    AboveHighWatermark {
+        offset: i64,
+        log_start: i64,
+        high_watermark: i64,
+    },
+    /// No committed offset and `auto.offset.reset=error`.
+    NoCommittedOffset,
+}
+
+impl AnomalyKind {
+    /// The `fresh_consumer.offset.reset.reason` attribute value.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            AnomalyKind::RetentionOverrun { .. } => "retention_overrun",
+            AnomalyKind::AboveHighWatermark { .. } => "above_high_watermark",
+            AnomalyKind::NoCommittedOffset => "no_committed_offset",
+        }
+    }
+}
+
+/// An offset anomaly and what was done about it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OffsetAnomaly {
+    pub(crate) kind: AnomalyKind,
+    pub(crate) policy: RetentionOverrunPolicy,
+    /// Where consumption resumed; `None` when the partition was stopped.
+    pub(crate) resumed_at: Option<i64>,
+    pub(crate) at: Instant,
+}
+
+/// librdkafka's "no offset" in statistics.
+const INVALID: i64 = -1001;
+
+/// How many `(time, high watermark)` observations a partition keeps for the
+/// age of records known to exist but not fetched yet.
+const HI_HISTORY: usize = 256;
+
+/// What the statistics said about one assigned partition.
+#[derive(Debug)]
+pub(crate) struct PartitionStats {
+    /// When the last report reached the library; `None` before the first.
+    pub(crate) at: Option<Instant>,
+    /// Log start offset (`lo_offset`), or a negative value when unknown.
+    pub(crate) lo: i64,
+    /// High watermark (`hi_offset`), or a negative value when unknown.
+    pub(crate) hi: i64,
+    /// librdkafka's view of the group's committed offset
+    /// (`committed_offset`), or a negative value when unknown.
+    committed: i64,
+    /// Consecutive reports in which the partition's fetcher was stopped
+    /// (`fetch_state` = `none`): what librdkafka does to a partition whose
+    /// offset is out of range under `auto.offset.reset=error`.
+    pub(crate) fetch_stopped: u32,
+    /// When each high watermark was first seen, oldest first (only values
+    /// above the partition's position are kept): "record `n` exists since at
+    /// least `t`" for the head-of-line age of records not fetched yet.
+    hi_seen: VecDeque<(Instant, i64)>,
+}
+
+impl Default for PartitionStats {
+    fn default() -> Self {
+        PartitionStats {
+            at: None,
+            lo: INVALID,
+            hi: INVALID,
+            committed: INVALID,
+            fetch_stopped: 0,
+            hi_seen: VecDeque::new(),
+        }
+    }
+}
+
+impl PartitionStats {
+    /// Takes one report's values.
+    pub(crate) fn update(&mut self, at: Instant, lo: i64, hi: i64, committed: i64, stopped: bool) {
+        self.at = Some(at);
+        self.lo = lo;
+        self.committed = committed;
+        self.fetch_stopped = if stopped {
+            self.fetch_stopped.saturating_add(1)
+        } else {
+            0
+        };
+        self.observe_hi(at, hi);
+    }
+
+    /// Seeds the watermarks queried when the partition was assigned, so the
+    /// signals have them before the first report.
+    pub(crate) fn seed(&mut self, at: Instant, lo: i64, hi: i64) {
+        if self.at.is_none() {
+            self.lo = lo;
+            self.observe_hi(at, hi);
+        }
+    }
+
+    fn observe_hi(&mut self, at: Instant, hi: i64) {
+        if hi < 0 {
+            return;
+        }
+        self.hi = hi;
+        if self.hi_seen.back().is_none_or(|&(_, last)| hi > last) {
+            if self.hi_seen.len() == HI_HISTORY {
+                // Dropping the oldest observation only makes the age a
+                // smaller lower bound.
+                self.hi_seen.pop_front();
+            }
+            self.hi_seen.push_back((at, hi));
+        }
+    }
+
+    /// librdkafka's committed offset, if known.
+    pub(crate) fn committed(&self) -> Option<i64> {
+        (self.committed >= 0).then_some(self.committed)
+    }
+
+    /// The high watermark, if known.
+    pub(crate) fn high_watermark(&self) -> Option<i64> {
+        (self.hi >= 0).then_some(self.hi)
+    }
+
+    /// The log start offset, if known.
+    pub(crate) fn log_start(&self) -> Option<i64> {
+        (self.lo >= 0).then_some(self.lo)
+    }
+
+    /// Since when the record at `position` is known to exist (the first
+    /// observation of a high watermark above it), if one was seen. Forgets
+    /// observations at or below `position`: positions only grow within an
+    /// assignment.
+    pub(crate) fn known_since(&mut self, position: i64) -> Option<Instant> {
+        while self.hi_seen.front().is_some_and(|&(_, hi)| hi <= position) {
+            self.hi_seen.pop_front();
+        }
+        self.hi_seen.front().map(|&(at, _)| at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn known_since_is_the_first_report_above_the_position() {
+        let t0 = Instant::now();
+        let t = |s| t0 + Duration::from_secs(s);
+        let mut s = PartitionStats::default();
+        assert_eq!(s.known_since(0), None);
+        s.update(t(1), 0, 10, INVALID, false);
+        s.update(t(2), 0, 10, INVALID, false);
+        s.update(t(3), 0, 15, INVALID, false);
+        s.update(t(4), 0, 20, INVALID, false);
+        assert_eq!(s.known_since(5), Some(t(1)));
+        assert_eq!(s.known_since(12), Some(t(3)));
+        assert_eq!(s.known_since(19), Some(t(4)));
+        assert_eq!(s.known_since(20), None, "caught up with what is known");
+        // Forgotten below the position; new observations keep coming.
+        s.update(t(5), 0, 25, INVALID, false);
+        assert_eq!(s.known_since(20), Some(t(5)));
+        assert_eq!(s.high_watermark(), Some(25));
+    }
+
+    #[test]
+    fn fetch_stopped_counts_consecutive_reports() {
+        let now = Instant::now();
+        let mut s = PartitionStats::default();
+        s.update(now, 0, 1, 0, true);
+        s.update(now, 0, 1, 0, true);
+        assert_eq!(s.fetch_stopped, 2);
+        s.update(now, 0, 1, 0, false);
+        assert_eq!(s.fetch_stopped, 0);
+    }
+
+    #[test]
+    fn seeds_apply_before_the_first_report_only() {
+        let now = Instant::now();
+        let mut s = PartitionStats::default();
+        assert_eq!(s.high_watermark(), None);
+        s.seed(now, 5, 50);
+        assert_eq!((s.log_start(), s.high_watermark()), (Some(5), Some(50)));
+        s.update(now, 7, 60, 10, false);
+        s.seed(now, 1, 2);
+        assert_eq!((s.log_start(), s.high_watermark()), (Some(7), Some(60)));
+    }
+}

@@ -1,0 +1,260 @@
+//! What the health evaluation is configured with: thresholds, the
+//! retention-overrun policy, the statistics interval, and where a partition
+//! without a committed offset starts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+
+use crate::error::ConfigError;
+use crate::health::hub::{HealthHandle, HealthHub};
+
+/// Default for [`FreshConsumer::statistics_interval`](crate::FreshConsumer::statistics_interval): librdkafka reports
+/// its statistics every second.
+pub const DEFAULT_STATISTICS_INTERVAL: Duration = Duration::from_secs(1);
+/// Default for [`HealthThresholds::stall_after`](crate::health::HealthThresholds::stall_after).
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(60);
+/// Default for [`HealthThresholds::no_success_after`](crate::health::HealthThresholds::no_success_after).
+pub const DEFAULT_NO_SUCCESS_AFTER: Duration = Duration::from_secs(60);
+/// Default for [`HealthThresholds::lag_growth_window`](crate::health::HealthThresholds::lag_growth_window).
+pub const DEFAULT_LAG_GROWTH_WINDOW: Duration = Duration::from_secs(120);
+/// Default for [`HealthThresholds::report_events_for`](crate::health::HealthThresholds::report_events_for).
+pub const DEFAULT_REPORT_EVENTS_FOR: Duration = Duration::from_secs(600);
+
+/// What the library does when a partition's offset is out of range when it
+/// is assigned or while it is consumed: below the log start offset (a
+/// **retention overrun**: records were deleted before the group processed
+/// them) or above the high watermark (the topic was recreated).
+///
+/// Either way the anomaly is counted (`fresh_consumer.offset.resets`; the
+/// records lost in `fresh_consumer.retention.overrun.messages`), logged at
+/// ERROR with the partition, the offset and the log start offset, and
+/// reported by [`HealthHandle::snapshot`](crate::health::HealthHandle::snapshot). The library never moves a
+/// partition silently: librdkafka runs with `auto.offset.reset=error`, and
+/// your `auto.offset.reset` only decides where a partition **without** a
+/// committed offset starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetentionOverrunPolicy {
+    /// Resume at the earliest record that still exists (the log start
+    /// offset). The default: nothing more is skipped than retention already
+    /// deleted.
+    #[default]
+    Earliest,
+    /// Stop consuming the partition and report it unhealthy
+    /// ([`HealthReason::RetentionOverrun`](crate::health::HealthReason::RetentionOverrun) with this policy), so an operator
+    /// decides. The committed offset stays where it was.
+    Fail,
+    /// Skip to the high watermark (opt-in): everything up to the newest
+    /// record is skipped, and the number is logged.
+    Latest,
+}
+
+impl RetentionOverrunPolicy {
+    /// `earliest`, `fail` or `latest`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetentionOverrunPolicy::Earliest => "earliest",
+            RetentionOverrunPolicy::Fail => "fail",
+            RetentionOverrunPolicy::Latest => "latest",
+        }
+    }
+}
+
+/// Thresholds of the health evaluation. Build from `default()` and the
+/// `with_*` setters; pass to [`FreshConsumer::health_thresholds`](crate::FreshConsumer::health_thresholds).
+///
+/// ```
+/// use std::time::Duration;
+/// use fresh_consumer::HealthThresholds;
+///
+/// let t = HealthThresholds::default()
+///     .with_stall_after(Duration::from_secs(30))
+///     .with_no_success_after(Duration::from_secs(45));
+/// assert_eq!(t.stall_after, Duration::from_secs(30));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HealthThresholds {
+    /// A partition whose committed offset has not advanced for this long
+    /// while its lag is above zero is [`PartitionStatus::Stall`](crate::health::PartitionStatus::Stall) (or
+    /// [`PartitionStatus::Stop`](crate::health::PartitionStatus::Stop) when records completed but were not
+    /// committed) and unhealthy. Defaults to 60 s.
+    pub stall_after: Duration,
+    /// A partition with lag above zero and no record that succeeded for
+    /// this long is unhealthy ([`HealthReason::NoSuccess`](crate::health::HealthReason::NoSuccess)), even when its
+    /// committed offset advances (records parked rather than handled).
+    /// Defaults to 60 s.
+    pub no_success_after: Duration,
+    /// The window over which a growing lag makes a partition
+    /// [`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn), and for which a rewind of the committed
+    /// offset is reported ([`PartitionStatus::Rewind`](crate::health::PartitionStatus::Rewind)). Defaults to 120 s.
+    pub lag_growth_window: Duration,
+    /// How long past events stay in the snapshot: a retention overrun the
+    /// partition recovered from, a committed offset above the high
+    /// watermark, `max.poll.interval.ms` exceeded. Defaults to 10 min.
+    pub report_events_for: Duration,
+}
+
+impl Default for HealthThresholds {
+    fn default() -> Self {
+        HealthThresholds {
+            stall_after: DEFAULT_STALL_AFTER,
+            no_success_after: DEFAULT_NO_SUCCESS_AFTER,
+            lag_growth_window: DEFAULT_LAG_GROWTH_WINDOW,
+            report_events_for: DEFAULT_REPORT_EVENTS_FOR,
+        }
+    }
+}
+
+impl HealthThresholds {
+    /// Sets [`stall_after`](Self::stall_after).
+    #[must_use]
+    pub fn with_stall_after(mut self, d: Duration) -> Self {
+        self.stall_after = d;
+        self
+    }
+
+    /// Sets [`no_success_after`](Self::no_success_after).
+    #[must_use]
+    pub fn with_no_success_after(mut self, d: Duration) -> Self {
+        self.no_success_after = d;
+        self
+    }
+
+    /// Sets [`lag_growth_window`](Self::lag_growth_window).
+    #[must_use]
+    pub fn with_lag_growth_window(mut self, d: Duration) -> Self {
+        self.lag_growth_window = d;
+        self
+    }
+
+    /// Sets [`report_events_for`](Self::report_events_for).
+    #[must_use]
+    pub fn with_report_events_for(mut self, d: Duration) -> Self {
+        self.report_events_for = d;
+        self
+    }
+}
+
+/// The health options of the builder.
+#[derive(Clone)]
+pub(crate) struct HealthSettings {
+    pub(crate) hub: Arc<HealthHub>,
+    pub(crate) thresholds: HealthThresholds,
+    pub(crate) retention_policy: RetentionOverrunPolicy,
+    pub(crate) statistics_interval: Option<Duration>,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings {
+            hub: Arc::new(HealthHub::new()),
+            thresholds: HealthThresholds::default(),
+            retention_policy: RetentionOverrunPolicy::default(),
+            statistics_interval: None,
+        }
+    }
+}
+
+/// The health options, validated.
+#[derive(Clone, Debug)]
+pub(crate) struct HealthConfig {
+    pub(crate) thresholds: HealthThresholds,
+    pub(crate) retention_policy: RetentionOverrunPolicy,
+    /// The user's `auto.offset.reset`: where partitions without a committed
+    /// offset start.
+    pub(crate) new_partitions: NewPartitionStart,
+    /// `None` when statistics are off.
+    pub(crate) statistics_interval: Option<Duration>,
+}
+
+impl HealthSettings {
+    /// A handle to the hub.
+    pub(crate) fn handle(&self) -> HealthHandle {
+        HealthHandle::new(Arc::clone(&self.hub))
+    }
+
+    /// Checks the options and sets the librdkafka properties they need:
+    /// `auto.offset.reset=error` (the library decides offset resets) and
+    /// `statistics.interval.ms`. `user_reset` and `user_statistics` are the
+    /// user's values of those properties, if set.
+    pub(crate) fn configure(
+        &self,
+        cc: &mut ClientConfig,
+        user_reset: Option<&str>,
+        user_statistics: Option<&str>,
+    ) -> Result<HealthConfig, ConfigError> {
+        let t = &self.thresholds;
+        if [
+            t.stall_after,
+            t.no_success_after,
+            t.lag_growth_window,
+            t.report_events_for,
+        ]
+        .iter()
+        .any(Duration::is_zero)
+        {
+            return Err(ConfigError::InvalidOption {
+                option: "health_thresholds",
+                reason: "every threshold must be more than zero".into(),
+            });
+        }
+        let new_partitions = match user_reset {
+            None => NewPartitionStart::Earliest,
+            Some(v) => NewPartitionStart::parse(v).ok_or_else(|| ConfigError::InvalidProperty {
+                property: "auto.offset.reset".into(),
+                reason: "use earliest, latest or error".into(),
+            })?,
+        };
+        let interval = match (self.statistics_interval, user_statistics) {
+            (Some(d), _) => d,
+            (None, Some(v)) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| {
+                ConfigError::InvalidProperty {
+                    property: "statistics.interval.ms".into(),
+                    reason: "not a number of milliseconds".into(),
+                }
+            })?),
+            (None, None) => DEFAULT_STATISTICS_INTERVAL,
+        };
+        if interval > Duration::from_secs(86_400) {
+            return Err(ConfigError::InvalidOption {
+                option: "statistics_interval",
+                reason: "must be at most 24 h".into(),
+            });
+        }
+        cc.set("auto.offset.reset", "error");
+        cc.set("statistics.interval.ms", interval.as_millis().to_string());
+        Ok(HealthConfig {
+            thresholds: self.thresholds.clone(),
+            retention_policy: self.retention_policy,
+            new_partitions,
+            statistics_interval: (!interval.is_zero()).then_some(interval),
+        })
+    }
+}
+
+/// Where a partition without a committed offset starts: the user's
+/// `auto.offset.reset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NewPartitionStart {
+    /// `earliest` (the library's default): the log start offset.
+    Earliest,
+    /// `latest`: the high watermark.
+    Latest,
+    /// `error`: not consumed; reported.
+    Error,
+}
+
+impl NewPartitionStart {
+    /// Parses librdkafka's `auto.offset.reset` values.
+    pub(crate) fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "earliest" | "smallest" | "beginning" => Some(NewPartitionStart::Earliest),
+            "latest" | "largest" | "end" => Some(NewPartitionStart::Latest),
+            "error" => Some(NewPartitionStart::Error),
+            _ => None,
+        }
+    }
+}

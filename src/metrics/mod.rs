@@ -1,0 +1,22 @@
+//! Metric and attribute names, with their instruments, units and attributes.
+//!
+//! Names follow OpenTelemetry's semantic conventions for messaging where they
+//! define a metric (`messaging.*`); the library's own metrics live under
+//! `fresh_consumer.`. Units are UCUM (`s`, `{message}`). Every attribute set is
+//! built once per assigned partition, never per record, and never carries a
+//! key, an offset or error text.
+//!
+//! Common attributes ("partition attributes" below):
+//! [`MESSAGING_SYSTEM`] = `kafka`, [`MESSAGING_DESTINATION_NAME`] (topic),
+//! [`MESSAGING_DESTINATION_PARTITION_ID`] (partition number as a string),
+//! [`MESSAGING_CONSUMER_GROUP_NAME`] (`group.id`).
+//!
+//! Inside the crate, `instruments.rs` builds every instrument once (and
+//! each partition's attribute set once per assignment), and `flush.rs`
+//! flushes the user's meter provider at shutdown.
+
+pub(crate) mod flush;
+pub(crate) mod instruments;
+mod names;
+
+pub use names::*;
