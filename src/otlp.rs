@@ -132,27 +132,46 @@ impl fmt::Display for OtlpProtocol {
     }
 }
 
-/// Errors of the OTLP helper.
+/// An environment variable read by [`OtlpConfig::from_env`] has a value
+/// that cannot be used (the helper never falls back to a default silently).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {name}={value:?}: {reason}")]
+#[non_exhaustive]
+pub struct EnvError {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Its value (lossily converted when it is not valid Unicode).
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// The exporter or the meter provider could not be built
+/// ([`OtlpConfig::build`], [`OtlpConfig::meter_provider_builder`],
+/// [`install`], [`exponential_histogram_view`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum OtlpError {
+pub enum BuildError {
     /// The gRPC exporter was requested outside a tokio runtime.
     #[error("the grpc exporter must be built inside a tokio runtime")]
     NoTokioRuntime,
-    /// An environment variable read by [`OtlpConfig::from_env`] has a value
-    /// that cannot be used.
-    #[error("invalid {name}={value:?}: {reason}")]
-    InvalidEnv {
-        /// The variable's name.
-        name: &'static str,
-        /// Its value.
-        value: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
     /// The OTLP exporter could not be built (for example, an invalid endpoint).
     #[error("cannot build the otlp metric exporter")]
     Exporter(#[source] ExporterBuildError),
+    /// The exponential histogram settings are out of range (see
+    /// [`exponential_histogram_view`]).
+    #[error("invalid exponential histogram: {reason}")]
+    ExponentialHistogram {
+        /// What is wrong with them.
+        reason: String,
+    },
+}
+
+/// A flush or shutdown of a meter provider failed ([`flush`], [`shutdown`],
+/// [`flush_blocking`], [`shutdown_blocking`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
     /// Collecting or exporting during a flush failed (for example, the
     /// collector is unreachable).
     #[error("metrics flush failed")]
@@ -170,13 +189,6 @@ pub enum OtlpError {
         /// The timeout that elapsed.
         timeout: Duration,
     },
-    /// The exponential histogram settings are out of range (see
-    /// [`exponential_histogram_view`]).
-    #[error("invalid exponential histogram: {reason}")]
-    ExponentialHistogram {
-        /// What is wrong with them.
-        reason: String,
-    },
     /// The helper thread for a flush or shutdown could not be started.
     #[error("cannot start the metrics {operation} thread")]
     Thread {
@@ -192,6 +204,23 @@ pub enum OtlpError {
         /// `"flush"` or `"shutdown"`.
         operation: &'static str,
     },
+}
+
+/// Any error of this module, for `?` in code that calls several of its
+/// operations (each operation returns its own error type: [`EnvError`],
+/// [`BuildError`], [`FlushError`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OtlpError {
+    /// From [`OtlpConfig::from_env`].
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// From building the exporter or the provider.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// From a flush or shutdown.
+    #[error(transparent)]
+    Flush(#[from] FlushError),
 }
 
 /// Where the endpoint came from; decides whether `/v1/metrics` is appended.
@@ -272,11 +301,11 @@ impl OtlpConfig {
     ///
     /// # Errors
     ///
-    /// [`OtlpError::InvalidEnv`] if a variable is set to a value that cannot be
+    /// [`EnvError`] if a variable is set to a value that cannot be
     /// used (an unknown protocol such as `http/json`, a non-numeric interval,
     /// a value that is not valid Unicode, ...), rather than silently falling
     /// back to a default.
-    pub fn from_env() -> Result<Self, OtlpError> {
+    pub fn from_env() -> Result<Self, EnvError> {
         Self::from_lookup(|name| match std::env::var(name) {
             Ok(value) => Ok(Some(value)),
             Err(std::env::VarError::NotPresent) => Ok(None),
@@ -288,12 +317,12 @@ impl OtlpConfig {
     /// lossily-converted value of a non-Unicode variable.
     fn from_lookup(
         lookup: impl Fn(&'static str) -> Result<Option<String>, String>,
-    ) -> Result<Self, OtlpError> {
-        let get = |name: &'static str| -> Result<Option<String>, OtlpError> {
+    ) -> Result<Self, EnvError> {
+        let get = |name: &'static str| -> Result<Option<String>, EnvError> {
             match lookup(name) {
                 Ok(Some(value)) if !value.trim().is_empty() => Ok(Some(value.trim().to_owned())),
                 Ok(_) => Ok(None),
-                Err(value) => Err(OtlpError::InvalidEnv {
+                Err(value) => Err(EnvError {
                     name,
                     value,
                     reason: "not valid unicode",
@@ -301,7 +330,7 @@ impl OtlpConfig {
             }
         };
         let first =
-            |names: [&'static str; 2]| -> Result<Option<(&'static str, String)>, OtlpError> {
+            |names: [&'static str; 2]| -> Result<Option<(&'static str, String)>, EnvError> {
                 for name in names {
                     if let Some(value) = get(name)? {
                         return Ok(Some((name, value)));
@@ -309,10 +338,10 @@ impl OtlpConfig {
                 }
                 Ok(None)
             };
-        let millis = |name: &'static str, value: String| -> Result<Duration, OtlpError> {
+        let millis = |name: &'static str, value: String| -> Result<Duration, EnvError> {
             match value.parse::<u64>() {
                 Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-                _ => Err(OtlpError::InvalidEnv {
+                _ => Err(EnvError {
                     name,
                     value,
                     reason: "expected a positive number of milliseconds",
@@ -329,7 +358,7 @@ impl OtlpConfig {
         }
 
         if let Some((name, value)) = first([ENV_METRICS_PROTOCOL, ENV_PROTOCOL])? {
-            config.protocol = OtlpProtocol::parse(&value).ok_or(OtlpError::InvalidEnv {
+            config.protocol = OtlpProtocol::parse(&value).ok_or(EnvError {
                 name,
                 value,
                 reason: "expected grpc or http/protobuf",
@@ -348,7 +377,7 @@ impl OtlpConfig {
             config.temporality =
                 value
                     .parse::<Temporality>()
-                    .map_err(|()| OtlpError::InvalidEnv {
+                    .map_err(|()| EnvError {
                         name: ENV_TEMPORALITY,
                         value,
                         reason: "expected cumulative, delta or lowmemory",
@@ -357,7 +386,7 @@ impl OtlpConfig {
 
         if let Some(value) = get(ENV_RESOURCE_ATTRIBUTES)? {
             config.resource_attributes =
-                parse_resource_attributes(&value).ok_or(OtlpError::InvalidEnv {
+                parse_resource_attributes(&value).ok_or(EnvError {
                     name: ENV_RESOURCE_ATTRIBUTES,
                     value,
                     reason: "expected key=value pairs separated by commas",
@@ -453,7 +482,7 @@ impl OtlpConfig {
     /// the scale goes down on its own when the recorded range needs it.
     ///
     /// Default: explicit buckets. Out-of-range values make
-    /// [`OtlpConfig::build`] fail with [`OtlpError::ExponentialHistogram`].
+    /// [`OtlpConfig::build`] fail with [`BuildError::ExponentialHistogram`].
     /// See [`exponential_histogram_view`] for a provider built by hand.
     pub fn with_exponential_histograms(mut self, max_size: u32, max_scale: i8) -> Self {
         self.exponential_histograms = Some((max_size, max_scale));
@@ -535,7 +564,7 @@ impl OtlpConfig {
     /// # Errors
     ///
     /// As [`OtlpConfig::build`].
-    pub fn meter_provider_builder(&self) -> Result<MeterProviderBuilder, OtlpError> {
+    pub fn meter_provider_builder(&self) -> Result<MeterProviderBuilder, BuildError> {
         let view = self
             .exponential_histograms
             .map(|(max_size, max_scale)| exponential_histogram_view(max_size, max_scale))
@@ -564,21 +593,21 @@ impl OtlpConfig {
     ///
     /// # Errors
     ///
-    /// [`OtlpError::NoTokioRuntime`] for gRPC outside a tokio runtime;
-    /// [`OtlpError::Exporter`] if the exporter rejects the configuration (for
+    /// [`BuildError::NoTokioRuntime`] for gRPC outside a tokio runtime;
+    /// [`BuildError::Exporter`] if the exporter rejects the configuration (for
     /// example an endpoint that is not a valid URI, or `https` without a TLS
-    /// feature); [`OtlpError::ExponentialHistogram`] for out-of-range
+    /// feature); [`BuildError::ExponentialHistogram`] for out-of-range
     /// [`OtlpConfig::with_exponential_histograms`] values.
-    pub fn build(&self) -> Result<SdkMeterProvider, OtlpError> {
+    pub fn build(&self) -> Result<SdkMeterProvider, BuildError> {
         Ok(self.meter_provider_builder()?.build())
     }
 
-    fn exporter(&self) -> Result<MetricExporter, OtlpError> {
+    fn exporter(&self) -> Result<MetricExporter, BuildError> {
         let builder = MetricExporter::builder().with_temporality(self.temporality);
         let exporter = match self.protocol {
             OtlpProtocol::Grpc => {
                 if tokio::runtime::Handle::try_current().is_err() {
-                    return Err(OtlpError::NoTokioRuntime);
+                    return Err(BuildError::NoTokioRuntime);
                 }
                 builder
                     .with_tonic()
@@ -594,7 +623,7 @@ impl OtlpConfig {
                 .with_timeout(self.timeout())
                 .build(),
         };
-        exporter.map_err(OtlpError::Exporter)
+        exporter.map_err(BuildError::Exporter)
     }
 }
 
@@ -615,7 +644,7 @@ impl OtlpConfig {
 /// # Errors
 ///
 /// As [`OtlpConfig::build`].
-pub fn install(config: OtlpConfig) -> Result<SdkMeterProvider, OtlpError> {
+pub fn install(config: OtlpConfig) -> Result<SdkMeterProvider, BuildError> {
     config.build()
 }
 
@@ -668,12 +697,12 @@ const LIBRARY_HISTOGRAMS: [&str; 5] = [
 ///
 /// # Errors
 ///
-/// [`OtlpError::ExponentialHistogram`] when `max_size` is 0 or `max_scale`
+/// [`BuildError::ExponentialHistogram`] when `max_size` is 0 or `max_scale`
 /// is outside -10..=20.
 pub fn exponential_histogram_view(
     max_size: u32,
     max_scale: i8,
-) -> Result<impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static, OtlpError> {
+) -> Result<impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static, BuildError> {
     let stream = move || {
         Stream::builder()
             .with_aggregation(Aggregation::Base2ExponentialHistogram {
@@ -683,7 +712,7 @@ pub fn exponential_histogram_view(
             })
             .build()
     };
-    stream().map_err(|e| OtlpError::ExponentialHistogram {
+    stream().map_err(|e| BuildError::ExponentialHistogram {
         reason: e.to_string(),
     })?;
     Ok(move |instrument: &Instrument| {
@@ -724,15 +753,15 @@ pub fn set_global(provider: &SdkMeterProvider) {
 ///
 /// # Errors
 ///
-/// [`OtlpError::Flush`] if the export failed (e.g. the collector is
-/// unreachable) or the provider was shut down; [`OtlpError::Timeout`] if it
+/// [`FlushError::Flush`] if the export failed (e.g. the collector is
+/// unreachable) or the provider was shut down; [`FlushError::Timeout`] if it
 /// did not finish in time (the export then goes on in the background, bounded
 /// by the exporter's timeout).
-pub async fn flush(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), OtlpError> {
+pub async fn flush(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), FlushError> {
     let provider = provider.clone();
     off_thread(Operation::Flush, timeout, move || provider.force_flush())?
         .await
-        .unwrap_or(Err(OtlpError::Panicked {
+        .unwrap_or(Err(FlushError::Panicked {
             operation: Operation::Flush.name(),
         }))
 }
@@ -745,15 +774,15 @@ pub async fn flush(provider: &SdkMeterProvider, timeout: Duration) -> Result<(),
 ///
 /// # Errors
 ///
-/// [`OtlpError::Shutdown`] if the final export failed or the provider had
-/// already been shut down; [`OtlpError::Timeout`] if it did not finish in time.
-pub async fn shutdown(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), OtlpError> {
+/// [`FlushError::Shutdown`] if the final export failed or the provider had
+/// already been shut down; [`FlushError::Timeout`] if it did not finish in time.
+pub async fn shutdown(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), FlushError> {
     let provider = provider.clone();
     off_thread(Operation::Shutdown, timeout, move || {
         provider.shutdown_with_timeout(timeout)
     })?
     .await
-    .unwrap_or(Err(OtlpError::Panicked {
+    .unwrap_or(Err(FlushError::Panicked {
         operation: Operation::Shutdown.name(),
     }))
 }
@@ -768,7 +797,7 @@ pub async fn shutdown(provider: &SdkMeterProvider, timeout: Duration) -> Result<
 /// # Errors
 ///
 /// As [`flush`].
-pub fn flush_blocking(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), OtlpError> {
+pub fn flush_blocking(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), FlushError> {
     let provider = provider.clone();
     run_with_timeout(Operation::Flush, timeout, move || provider.force_flush())
 }
@@ -779,7 +808,7 @@ pub fn flush_blocking(provider: &SdkMeterProvider, timeout: Duration) -> Result<
 /// # Errors
 ///
 /// As [`shutdown`].
-pub fn shutdown_blocking(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), OtlpError> {
+pub fn shutdown_blocking(provider: &SdkMeterProvider, timeout: Duration) -> Result<(), FlushError> {
     let provider = provider.clone();
     run_with_timeout(Operation::Shutdown, timeout, move || {
         provider.shutdown_with_timeout(timeout)
@@ -800,10 +829,10 @@ impl Operation {
         }
     }
 
-    fn error(self, source: OTelSdkError) -> OtlpError {
+    fn error(self, source: OTelSdkError) -> FlushError {
         match self {
-            Operation::Flush => OtlpError::Flush(source),
-            Operation::Shutdown => OtlpError::Shutdown(source),
+            Operation::Flush => FlushError::Flush(source),
+            Operation::Shutdown => FlushError::Shutdown(source),
         }
     }
 }
@@ -814,7 +843,7 @@ fn run_with_timeout(
     operation: Operation,
     timeout: Duration,
     work: impl FnOnce() -> OTelSdkResult + Send + 'static,
-) -> Result<(), OtlpError> {
+) -> Result<(), FlushError> {
     let (done_tx, done_rx) = mpsc::channel();
     thread::Builder::new()
         .name(format!("otlp-{}", operation.name()))
@@ -822,18 +851,18 @@ fn run_with_timeout(
             // The receiver is gone if the caller timed out: nothing to report.
             let _ = done_tx.send(work());
         })
-        .map_err(|source| OtlpError::Thread {
+        .map_err(|source| FlushError::Thread {
             operation: operation.name(),
             source,
         })?;
     match done_rx.recv_timeout(timeout) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(source)) => Err(operation.error(source)),
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(OtlpError::Timeout {
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(FlushError::Timeout {
             operation: operation.name(),
             timeout,
         }),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(OtlpError::Panicked {
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(FlushError::Panicked {
             operation: operation.name(),
         }),
     }
@@ -845,7 +874,7 @@ fn off_thread(
     operation: Operation,
     timeout: Duration,
     work: impl FnOnce() -> OTelSdkResult + Send + 'static,
-) -> Result<tokio::sync::oneshot::Receiver<Result<(), OtlpError>>, OtlpError> {
+) -> Result<tokio::sync::oneshot::Receiver<Result<(), FlushError>>, FlushError> {
     let (result_tx, result_rx) = tokio::sync::oneshot::channel();
     thread::Builder::new()
         .name(format!("otlp-{}-wait", operation.name()))
@@ -853,7 +882,7 @@ fn off_thread(
             // The receiver is gone if the caller's future was dropped.
             let _ = result_tx.send(run_with_timeout(operation, timeout, work));
         })
-        .map_err(|source| OtlpError::Thread {
+        .map_err(|source| FlushError::Thread {
             operation: operation.name(),
             source,
         })?;
@@ -928,7 +957,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn config_from(vars: &[(&'static str, &str)]) -> Result<OtlpConfig, OtlpError> {
+    fn config_from(vars: &[(&'static str, &str)]) -> Result<OtlpConfig, EnvError> {
         let vars: HashMap<&'static str, String> =
             vars.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         OtlpConfig::from_lookup(|name| Ok(vars.get(name).cloned()))
@@ -1039,7 +1068,7 @@ mod tests {
             (ENV_RESOURCE_ATTRIBUTES, "novalue"),
         ] {
             match config_from(&[(name, value)]) {
-                Err(OtlpError::InvalidEnv {
+                Err(EnvError {
                     name: got_name,
                     value: got_value,
                     ..
@@ -1105,7 +1134,7 @@ mod tests {
     #[test]
     fn grpc_outside_a_runtime_is_a_typed_error() {
         let result = OtlpConfig::new().build();
-        assert!(matches!(result, Err(OtlpError::NoTokioRuntime)));
+        assert!(matches!(result, Err(BuildError::NoTokioRuntime)));
     }
 
     #[test]
@@ -1119,7 +1148,7 @@ mod tests {
             assert!(
                 matches!(
                     exponential_histogram_view(size, scale),
-                    Err(OtlpError::ExponentialHistogram { .. })
+                    Err(BuildError::ExponentialHistogram { .. })
                 ),
                 "({size}, {scale})"
             );
@@ -1131,7 +1160,7 @@ mod tests {
             .build();
         assert!(matches!(
             result,
-            Err(OtlpError::ExponentialHistogram { .. })
+            Err(BuildError::ExponentialHistogram { .. })
         ));
     }
 

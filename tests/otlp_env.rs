@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use fresh_consumer::otlp::{self, OtlpConfig, OtlpError, OtlpProtocol};
+use fresh_consumer::otlp::{self, EnvError, OtlpConfig, OtlpProtocol};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
@@ -210,7 +210,7 @@ async fn unsupported_values_are_reported() {
     assert!(
         matches!(
             &error,
-            OtlpError::InvalidEnv { name: "OTEL_EXPORTER_OTLP_PROTOCOL", value, .. } if value == "http/json"
+            EnvError { name: "OTEL_EXPORTER_OTLP_PROTOCOL", value, .. } if value == "http/json"
         ),
         "{error:?}"
     );

@@ -7,7 +7,7 @@ mod support;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
-use fresh_consumer::otlp::{self, OtlpConfig, OtlpError, OtlpProtocol};
+use fresh_consumer::otlp::{self, BuildError, FlushError, OtlpConfig, OtlpProtocol};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
@@ -198,7 +198,7 @@ async fn shutdown_exports_what_is_left() {
         otlp::flush(&provider, FLUSH),
     )
     .await;
-    assert!(matches!(result, Err(OtlpError::Flush(_))), "{result:?}");
+    assert!(matches!(result, Err(FlushError::Flush(_))), "{result:?}");
 }
 
 #[tokio::test]
@@ -252,7 +252,7 @@ async fn flush_to_closed_port(protocol: OtlpProtocol) {
     eprintln!("{protocol} flush to a closed port: {took:?}: {result:?}");
     let error = result.expect_err("flush to a closed port must fail");
     assert!(
-        matches!(error, OtlpError::Flush(_)),
+        matches!(error, FlushError::Flush(_)),
         "export error expected, got {error:?}"
     );
     assert_eq!(error.to_string(), "metrics flush failed");
@@ -312,7 +312,7 @@ async fn flush_times_out_against_a_silent_collector() {
     let took = started.elapsed();
     eprintln!("grpc flush to a silent collector: {took:?}: {result:?}");
     assert!(
-        matches!(result, Err(OtlpError::Timeout { operation: "flush", timeout }) if timeout == flush_timeout),
+        matches!(result, Err(FlushError::Timeout { operation: "flush", timeout }) if timeout == flush_timeout),
         "{result:?}"
     );
     assert!(took < Duration::from_secs(3), "took {took:?}");
@@ -323,7 +323,7 @@ async fn flush_times_out_against_a_silent_collector() {
 fn grpc_outside_a_tokio_runtime_is_an_error_not_a_panic() {
     let result = OtlpConfig::new().build();
     let error = result.expect_err("no runtime");
-    assert!(matches!(error, OtlpError::NoTokioRuntime), "{error:?}");
+    assert!(matches!(error, BuildError::NoTokioRuntime), "{error:?}");
 }
 
 #[test]
@@ -374,7 +374,7 @@ fn invalid_endpoint_is_a_build_error() {
         .with_endpoint("not a uri")
         .build()
         .expect_err("invalid endpoint");
-    assert!(matches!(error, OtlpError::Exporter(_)), "{error:?}");
+    assert!(matches!(error, BuildError::Exporter(_)), "{error:?}");
     assert_eq!(error.to_string(), "cannot build the otlp metric exporter");
     assert!(error.source().is_some());
 }
