@@ -60,7 +60,7 @@ pub(crate) struct Settings {
     pub(crate) processing_order: ProcessingOrder,
     /// Partition health: the handle's hub, thresholds, retention-overrun
     /// policy, statistics interval (builder methods in `crate::health`).
-    pub(crate) health: crate::health::thresholds::HealthSettings,
+    pub(crate) health: crate::health::hub::HealthSettings,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -103,7 +103,7 @@ impl Default for Settings {
             event_time_header: None,
             read_headers: true,
             processing_order: ProcessingOrder::Partition,
-            health: crate::health::thresholds::HealthSettings::default(),
+            health: crate::health::hub::HealthSettings::default(),
         }
     }
 }

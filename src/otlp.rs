@@ -329,15 +329,14 @@ impl OtlpConfig {
                 }),
             }
         };
-        let first =
-            |names: [&'static str; 2]| -> Result<Option<(&'static str, String)>, EnvError> {
-                for name in names {
-                    if let Some(value) = get(name)? {
-                        return Ok(Some((name, value)));
-                    }
+        let first = |names: [&'static str; 2]| -> Result<Option<(&'static str, String)>, EnvError> {
+            for name in names {
+                if let Some(value) = get(name)? {
+                    return Ok(Some((name, value)));
                 }
-                Ok(None)
-            };
+            }
+            Ok(None)
+        };
         let millis = |name: &'static str, value: String| -> Result<Duration, EnvError> {
             match value.parse::<u64>() {
                 Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
@@ -374,23 +373,19 @@ impl OtlpConfig {
         }
 
         if let Some(value) = get(ENV_TEMPORALITY)? {
-            config.temporality =
-                value
-                    .parse::<Temporality>()
-                    .map_err(|()| EnvError {
-                        name: ENV_TEMPORALITY,
-                        value,
-                        reason: "expected cumulative, delta or lowmemory",
-                    })?;
+            config.temporality = value.parse::<Temporality>().map_err(|()| EnvError {
+                name: ENV_TEMPORALITY,
+                value,
+                reason: "expected cumulative, delta or lowmemory",
+            })?;
         }
 
         if let Some(value) = get(ENV_RESOURCE_ATTRIBUTES)? {
-            config.resource_attributes =
-                parse_resource_attributes(&value).ok_or(EnvError {
-                    name: ENV_RESOURCE_ATTRIBUTES,
-                    value,
-                    reason: "expected key=value pairs separated by commas",
-                })?;
+            config.resource_attributes = parse_resource_attributes(&value).ok_or(EnvError {
+                name: ENV_RESOURCE_ATTRIBUTES,
+                value,
+                reason: "expected key=value pairs separated by commas",
+            })?;
         }
 
         if let Some(value) = get(ENV_SERVICE_NAME)? {

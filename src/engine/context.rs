@@ -38,7 +38,7 @@ pub(crate) struct Ctx<H: Handler> {
 }
 
 /// A split queue and the partition it belongs to.
-type SplitFor<H> = ((String, i32), SplitQueue<H>);
+type SplitFor<H> = ((String, i32), SplitQueue<Ctx<H>>);
 
 /// `text` with every occurrence of a secret replaced by `[redacted]`.
 fn redact<'a>(secrets: &[String], text: &'a str) -> std::borrow::Cow<'a, str> {

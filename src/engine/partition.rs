@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::FutureExt;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use rdkafka::consumer::ConsumerContext;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -28,8 +29,9 @@ use crate::record::Record;
 
 /// A partition's own librdkafka queue (`split_partition_queue`), split
 /// before the partition is assigned.
-pub(crate) type PartitionQueue<H> =
-    rdkafka::consumer::stream_consumer::StreamPartitionQueue<crate::engine::context::Ctx<H>>;
+/// Generic over the consumer's context `C` (as rust-rdkafka's queue is), so
+/// the worker does not name the engine's concrete context type.
+pub(crate) type PartitionQueue<C> = rdkafka::consumer::stream_consumer::StreamPartitionQueue<C>;
 
 /// A second handle on a partition's own librdkafka queue (rust-rdkafka does
 /// not expose the split queue's handle), for the worker to read records in
@@ -219,28 +221,28 @@ impl PendingWorker {
 }
 
 /// A partition's split queue with the second handle on it, for its worker.
-pub(crate) struct SplitQueue<H: Handler> {
+pub(crate) struct SplitQueue<C: ConsumerContext + 'static> {
     /// Declared (so dropped) before `queue`: the split queue holds the
     /// consumer, which must outlive the handle.
     pub(crate) handle: Option<QueueHandle>,
-    pub(crate) queue: PartitionQueue<H>,
+    pub(crate) queue: PartitionQueue<C>,
 }
 
 /// Where a worker takes its partition's records from.
-enum Source<'a, H: Handler> {
+enum Source<'a, C: ConsumerContext + 'static> {
     /// Handed over by the poll loop (the partition's queue could not be
     /// split).
     Channel(mpsc::Receiver<Record>),
     /// Read from the partition's own librdkafka queue: no hand-over, and
     /// librdkafka's per-partition queue is the buffer.
-    Queue(SplitSource<'a, H>),
+    Queue(SplitSource<'a, C>),
 }
 
 /// A partition's own queue, as its worker reads it.
-struct SplitSource<'a, H: Handler> {
+struct SplitSource<'a, C: ConsumerContext + 'static> {
     /// Waits for the queue to fill (librdkafka's queue callback wakes the
     /// task); reads one message at a time when `handle` is `None`.
-    stream: rdkafka::consumer::MessageStream<'a, crate::engine::context::Ctx<H>>,
+    stream: rdkafka::consumer::MessageStream<'a, C>,
     /// Reads ready messages in batches, and the queue's length.
     handle: Option<&'a QueueHandle>,
     /// Records read in a batch and not taken yet, in offset order.
@@ -250,7 +252,7 @@ struct SplitSource<'a, H: Handler> {
     started: bool,
 }
 
-impl<H: Handler> SplitSource<'_, H> {
+impl<C: ConsumerContext> SplitSource<'_, C> {
     /// The next record read in a batch, if any. Refreshes how many records
     /// wait in the queue: health's position estimate adds them, and a slow
     /// handler can take a while to get through a batch.
@@ -309,12 +311,12 @@ impl PartitionState {
     /// [`PendingWorker::start`] is called: after the state is registered in
     /// [`Shared`], so that the committer sees every record the worker
     /// completes (a worker reading a split queue starts at once).
-    pub(crate) fn spawn<H: Handler>(
+    pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         engine: &Arc<Engine>,
         handler: &Arc<H>,
         topic: &str,
         partition: i32,
-        queue: Option<SplitQueue<H>>,
+        queue: Option<SplitQueue<C>>,
     ) -> (Arc<Self>, PendingWorker) {
         let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -505,7 +507,11 @@ impl Keyed {
 type PipelineDone = (LaneId, i64, bool);
 
 impl<H: Handler> Worker<H> {
-    async fn run(self, rx: mpsc::Receiver<Record>, queue: Option<SplitQueue<H>>) {
+    async fn run<C: ConsumerContext + 'static>(
+        self,
+        rx: mpsc::Receiver<Record>,
+        queue: Option<SplitQueue<C>>,
+    ) {
         match queue {
             // Borrowed, not taken apart: the struct drops its handle before
             // its queue, also when this future is dropped mid-way.
@@ -521,12 +527,12 @@ impl<H: Handler> Worker<H> {
                 }))
                 .await;
             }
-            None => self.run_from(Source::Channel(rx)).await,
+            None => self.run_from(Source::<C>::Channel(rx)).await,
         }
         self.flush_counts();
     }
 
-    async fn run_from(&self, src: Source<'_, H>) {
+    async fn run_from<C: ConsumerContext>(&self, src: Source<'_, C>) {
         match self.engine.settings.processing_order {
             ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
                 self.run_by_key(src, max_in_flight).await;
@@ -537,7 +543,7 @@ impl<H: Handler> Worker<H> {
     }
 
     /// The next record that is ready now, if any.
-    fn try_next(&self, src: &mut Source<'_, H>) -> Option<Record> {
+    fn try_next<C: ConsumerContext>(&self, src: &mut Source<'_, C>) -> Option<Record> {
         match src {
             Source::Channel(rx) => {
                 let r = rx.try_recv().ok()?;
@@ -567,7 +573,7 @@ impl<H: Handler> Worker<H> {
 
     /// Waits for the next record. `None` when the source ended.
     /// Cancel-safe: a record is only taken when it is returned.
-    async fn next(&self, src: &mut Source<'_, H>) -> Option<Record> {
+    async fn next<C: ConsumerContext>(&self, src: &mut Source<'_, C>) -> Option<Record> {
         match src {
             Source::Channel(rx) => {
                 let r = rx.recv().await?;
@@ -714,7 +720,7 @@ impl<H: Handler> Worker<H> {
     }
 
     /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
-    async fn run_in_order(&self, mut src: Source<'_, H>) {
+    async fn run_in_order<C: ConsumerContext>(&self, mut src: Source<'_, C>) {
         let mut batch_start: Option<Instant> = None;
         // When the previous record succeeded and the next one is taken
         // without waiting, the clock read that ended the one starts the
@@ -759,7 +765,7 @@ impl<H: Handler> Worker<H> {
 
     /// [`ProcessingOrder::Key`]: up to `max_in_flight` handler pipelines at
     /// once on this task, one per key lane, each lane in offset order.
-    async fn run_by_key(&self, mut src: Source<'_, H>, max_in_flight: usize) {
+    async fn run_by_key<C: ConsumerContext>(&self, mut src: Source<'_, C>, max_in_flight: usize) {
         let mut k = Keyed {
             lanes: KeyLanes::default(),
             window: OffsetTracker::default(),

@@ -6,7 +6,6 @@ use std::sync::Weak;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 
-use crate::health::hub::HealthHub;
 use crate::health::judge::Evaluated;
 use crate::health::report::PartitionStatus;
 use crate::metrics::*;
@@ -18,6 +17,14 @@ struct Gauges {
     _stalled: ObservableGauge<f64>,
     _status: ObservableGauge<i64>,
     _size: ObservableGauge<i64>,
+}
+
+/// What the gauges observe at each collection (the hub).
+pub(crate) trait Observed: Send + Sync {
+    /// Every assigned partition, evaluated now.
+    fn evaluate(&self) -> Vec<Evaluated>;
+    /// The number of assigned partitions, while the engine runs.
+    fn assignment_size(&self) -> Option<usize>;
 }
 
 /// The health instruments: counters recorded by the library, gauges
@@ -32,7 +39,7 @@ pub(crate) struct HealthInstruments {
 }
 
 impl HealthInstruments {
-    pub(crate) fn new(meter: &Meter, group: &str, hub: Weak<HealthHub>) -> Self {
+    pub(crate) fn new(meter: &Meter, group: &str, hub: Weak<dyn Observed>) -> Self {
         let group_attrs = [
             KeyValue::new(MESSAGING_SYSTEM, "kafka"),
             KeyValue::new(MESSAGING_CONSUMER_GROUP_NAME, group.to_owned()),
@@ -44,7 +51,7 @@ impl HealthInstruments {
         });
         // Each gauge evaluates the partitions itself: a collection reads a
         // handful of atomics and short locks per partition.
-        fn each(hub: &Weak<HealthHub>, mut f: impl FnMut(&Evaluated, &[KeyValue])) {
+        fn each(hub: &Weak<dyn Observed>, mut f: impl FnMut(&Evaluated, &[KeyValue])) {
             if let Some(hub) = hub.upgrade() {
                 for e in hub.evaluate() {
                     f(&e, e.view.attributes());

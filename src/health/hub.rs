@@ -11,16 +11,102 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::Meter;
 
-use crate::health::gauges::HealthInstruments;
+use crate::error::ConfigError;
+use crate::health::gauges::{HealthInstruments, Observed};
 use crate::health::judge::{Evaluated, Track, evaluate_one};
-use crate::health::partition::AnomalyKind;
+use crate::health::partition::{AnomalyKind, lock};
 use crate::health::report::*;
-use crate::health::thresholds::{DEFAULT_REPORT_EVENTS_FOR, HealthConfig};
+use crate::health::thresholds::{
+    DEFAULT_REPORT_EVENTS_FOR, DEFAULT_STATISTICS_INTERVAL, HealthConfig, HealthThresholds,
+    NewPartitionStart, RetentionOverrunPolicy,
+};
 use crate::health::view::EngineView;
 use crate::metrics::OFFSET_RESET_REASON;
+use rdkafka::config::ClientConfig;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// The health options of the builder.
+#[derive(Clone)]
+pub(crate) struct HealthSettings {
+    pub(crate) hub: Arc<HealthHub>,
+    pub(crate) thresholds: HealthThresholds,
+    pub(crate) retention_policy: RetentionOverrunPolicy,
+    pub(crate) statistics_interval: Option<Duration>,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings {
+            hub: Arc::new(HealthHub::new()),
+            thresholds: HealthThresholds::default(),
+            retention_policy: RetentionOverrunPolicy::default(),
+            statistics_interval: None,
+        }
+    }
+}
+
+impl HealthSettings {
+    /// A handle to the hub.
+    pub(crate) fn handle(&self) -> HealthHandle {
+        HealthHandle::new(Arc::clone(&self.hub))
+    }
+
+    /// Checks the options and sets the librdkafka properties they need:
+    /// `auto.offset.reset=error` (the library decides offset resets) and
+    /// `statistics.interval.ms`. `user_reset` and `user_statistics` are the
+    /// user's values of those properties, if set.
+    pub(crate) fn configure(
+        &self,
+        cc: &mut ClientConfig,
+        user_reset: Option<&str>,
+        user_statistics: Option<&str>,
+    ) -> Result<HealthConfig, ConfigError> {
+        let t = &self.thresholds;
+        if [
+            t.stall_after,
+            t.no_success_after,
+            t.lag_growth_window,
+            t.report_events_for,
+        ]
+        .iter()
+        .any(Duration::is_zero)
+        {
+            return Err(ConfigError::InvalidOption {
+                option: "health_thresholds",
+                reason: "every threshold must be more than zero".into(),
+            });
+        }
+        let new_partitions = match user_reset {
+            None => NewPartitionStart::Earliest,
+            Some(v) => NewPartitionStart::parse(v).ok_or_else(|| ConfigError::InvalidProperty {
+                property: "auto.offset.reset".into(),
+                reason: "use earliest, latest or error".into(),
+            })?,
+        };
+        let interval = match (self.statistics_interval, user_statistics) {
+            (Some(d), _) => d,
+            (None, Some(v)) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| {
+                ConfigError::InvalidProperty {
+                    property: "statistics.interval.ms".into(),
+                    reason: "not a number of milliseconds".into(),
+                }
+            })?),
+            (None, None) => DEFAULT_STATISTICS_INTERVAL,
+        };
+        if interval > Duration::from_secs(86_400) {
+            return Err(ConfigError::InvalidOption {
+                option: "statistics_interval",
+                reason: "must be at most 24 h".into(),
+            });
+        }
+        cc.set("auto.offset.reset", "error");
+        cc.set("statistics.interval.ms", interval.as_millis().to_string());
+        Ok(HealthConfig {
+            thresholds: self.thresholds.clone(),
+            retention_policy: self.retention_policy,
+            new_partitions,
+            statistics_interval: (!interval.is_zero()).then_some(interval),
+        })
+    }
 }
 
 /// A handle to a consumer's health, cheap to clone and to query from any
@@ -164,9 +250,12 @@ impl HealthHub {
 
     /// Builds the instruments (once per hub).
     pub(crate) fn register_instruments(self: &Arc<Self>, meter: &Meter, group: &str) {
-        let _ = self
-            .instruments
-            .set(HealthInstruments::new(meter, group, Arc::downgrade(self)));
+        let observed: Arc<dyn Observed> = Arc::clone(self) as _;
+        let _ = self.instruments.set(HealthInstruments::new(
+            meter,
+            group,
+            Arc::downgrade(&observed),
+        ));
     }
 
     /// Connects the hub to a starting run.
@@ -356,5 +445,15 @@ impl RunGuard {
 impl Drop for RunGuard {
     fn drop(&mut self) {
         self.0.stopped();
+    }
+}
+
+impl Observed for HealthHub {
+    fn evaluate(&self) -> Vec<Evaluated> {
+        HealthHub::evaluate(self)
+    }
+
+    fn assignment_size(&self) -> Option<usize> {
+        HealthHub::assignment_size(self)
     }
 }

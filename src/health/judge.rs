@@ -5,8 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::health::hub::lock;
-use crate::health::partition::{AnomalyKind, OffsetAnomaly};
+use crate::health::partition::{AnomalyKind, OffsetAnomaly, lock};
 use crate::health::report::{HealthReason, PartitionReport, PartitionStatus};
 use crate::health::thresholds::HealthThresholds;
 use crate::health::view::{PartitionView, Progress};

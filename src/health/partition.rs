@@ -3,14 +3,19 @@
 //! the evaluation.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 
-use crate::health::hub::lock;
 use crate::health::thresholds::RetentionOverrunPolicy;
+
+/// Locks `m`, whatever a panicking holder left behind (the state is
+/// counters and timestamps: always usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Health state of one assigned partition, kept in the engine's state of
 /// the partition.

@@ -2,13 +2,7 @@
 //! retention-overrun policy, the statistics interval, and where a partition
 //! without a committed offset starts.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use rdkafka::config::ClientConfig;
-
-use crate::error::ConfigError;
-use crate::health::hub::{HealthHandle, HealthHub};
 
 /// Default for [`FreshConsumer::statistics_interval`](crate::FreshConsumer::statistics_interval): librdkafka reports
 /// its statistics every second.
@@ -138,26 +132,6 @@ impl HealthThresholds {
     }
 }
 
-/// The health options of the builder.
-#[derive(Clone)]
-pub(crate) struct HealthSettings {
-    pub(crate) hub: Arc<HealthHub>,
-    pub(crate) thresholds: HealthThresholds,
-    pub(crate) retention_policy: RetentionOverrunPolicy,
-    pub(crate) statistics_interval: Option<Duration>,
-}
-
-impl Default for HealthSettings {
-    fn default() -> Self {
-        HealthSettings {
-            hub: Arc::new(HealthHub::new()),
-            thresholds: HealthThresholds::default(),
-            retention_policy: RetentionOverrunPolicy::default(),
-            statistics_interval: None,
-        }
-    }
-}
-
 /// The health options, validated.
 #[derive(Clone, Debug)]
 pub(crate) struct HealthConfig {
@@ -168,71 +142,6 @@ pub(crate) struct HealthConfig {
     pub(crate) new_partitions: NewPartitionStart,
     /// `None` when statistics are off.
     pub(crate) statistics_interval: Option<Duration>,
-}
-
-impl HealthSettings {
-    /// A handle to the hub.
-    pub(crate) fn handle(&self) -> HealthHandle {
-        HealthHandle::new(Arc::clone(&self.hub))
-    }
-
-    /// Checks the options and sets the librdkafka properties they need:
-    /// `auto.offset.reset=error` (the library decides offset resets) and
-    /// `statistics.interval.ms`. `user_reset` and `user_statistics` are the
-    /// user's values of those properties, if set.
-    pub(crate) fn configure(
-        &self,
-        cc: &mut ClientConfig,
-        user_reset: Option<&str>,
-        user_statistics: Option<&str>,
-    ) -> Result<HealthConfig, ConfigError> {
-        let t = &self.thresholds;
-        if [
-            t.stall_after,
-            t.no_success_after,
-            t.lag_growth_window,
-            t.report_events_for,
-        ]
-        .iter()
-        .any(Duration::is_zero)
-        {
-            return Err(ConfigError::InvalidOption {
-                option: "health_thresholds",
-                reason: "every threshold must be more than zero".into(),
-            });
-        }
-        let new_partitions = match user_reset {
-            None => NewPartitionStart::Earliest,
-            Some(v) => NewPartitionStart::parse(v).ok_or_else(|| ConfigError::InvalidProperty {
-                property: "auto.offset.reset".into(),
-                reason: "use earliest, latest or error".into(),
-            })?,
-        };
-        let interval = match (self.statistics_interval, user_statistics) {
-            (Some(d), _) => d,
-            (None, Some(v)) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| {
-                ConfigError::InvalidProperty {
-                    property: "statistics.interval.ms".into(),
-                    reason: "not a number of milliseconds".into(),
-                }
-            })?),
-            (None, None) => DEFAULT_STATISTICS_INTERVAL,
-        };
-        if interval > Duration::from_secs(86_400) {
-            return Err(ConfigError::InvalidOption {
-                option: "statistics_interval",
-                reason: "must be at most 24 h".into(),
-            });
-        }
-        cc.set("auto.offset.reset", "error");
-        cc.set("statistics.interval.ms", interval.as_millis().to_string());
-        Ok(HealthConfig {
-            thresholds: self.thresholds.clone(),
-            retention_policy: self.retention_policy,
-            new_partitions,
-            statistics_interval: (!interval.is_zero()).then_some(interval),
-        })
-    }
 }
 
 /// Where a partition without a committed offset starts: the user's
