@@ -32,13 +32,37 @@
 //! ```
 //!
 //! ## The data path
-//! each assigned partition's own librdkafka queue (split off the main queue at
-//! assignment) -> one worker task per partition reads it and runs the handler
-//! in offset order -> completion tracking -> a committer thread commits the
-//! next offset after the contiguous run of succeeded records. The poll loop
-//! (one task on your runtime) polls the main queue: rebalances, errors, and
-//! the records of a partition whose queue could not be split, which it hands
-//! to the worker through a bounded buffer.
+//! Each assigned partition's own librdkafka queue (split off the main queue
+//! at assignment) -> one worker task per partition reads it and runs the
+//! handler in offset order -> completion tracking -> a committer thread
+//! commits the next offset after the contiguous run of succeeded records.
+//! The poll loop (one task on your runtime) polls the main queue:
+//! rebalances, errors, statistics, and the records of a partition whose
+//! queue could not be split, which it hands to the worker through a bounded
+//! buffer.
+//!
+//! In the source, file by file (dependencies run one way, top to bottom;
+//! `tests/architecture.rs` checks it):
+//! - `consumer.rs`: [`FreshConsumer`] and every setter; `run_until`
+//!   validates (`config.rs`) and starts the engine.
+//! - `engine/` (private, the only code that runs things): `mod.rs` wires a
+//!   run; `poll.rs` the poll loop and the bounded shutdown; `context.rs`
+//!   librdkafka's callbacks (rebalances through `offset_reset.rs` and
+//!   `assignment.rs`); `partition.rs` the per-partition worker (handler,
+//!   retries, event age); `tracker.rs` completed offsets; `commit.rs` the
+//!   committer; `counters.rs` the [`RunSummary`]; `watchdog.rs`
+//!   poll-interval warnings; `stats.rs` librdkafka's statistics;
+//!   `health_view.rs` what health reads, and the health thread.
+//! - [`failure`]: retry policy and backoff, the exhausted-record decision
+//!   with the storm guard, dead letters (config, writer, reader).
+//! - [`health`]: thresholds, reports, the hub behind [`HealthHandle`], the
+//!   status rules, the gauges; it reads the engine only through traits it
+//!   defines.
+//! - [`metrics`]: the metric and attribute names, the instruments, the
+//!   shutdown flush; [`otlp`]: the opt-in exporter helper.
+//! - Leaves: `record.rs` ([`Record`] and the one event-time rule),
+//!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`], `summary.rs`,
+//!   `error.rs`.
 //!
 //! - **Ordering**: records of one partition are handled one at a time, in
 //!   offset order; partitions run concurrently. Opt-in
