@@ -12,6 +12,13 @@ pub struct TopicPartition {
 }
 
 /// What a run did, returned by [`FreshConsumer::run_until`](crate::FreshConsumer::run_until).
+///
+/// Every record received ends in exactly one of the record counters:
+/// `records_received = records_succeeded + records_dead_lettered +
+/// records_skipped + late_completions + records_unassigned`, except for
+/// records whose handler was still running when
+/// [`shutdown_timeout`](crate::FreshConsumer::shutdown_timeout) ran out
+/// (`shutdown_timed_out` is then `true`).
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct RunSummary {
@@ -24,9 +31,17 @@ pub struct RunSummary {
     /// Handlers that succeeded after their partition was revoked: their
     /// results were dropped and the records are redelivered to the new owner.
     pub late_completions: u64,
-    /// Records received for a partition no longer assigned (fetched before a
-    /// revoke); dropped uncommitted, so they are redelivered.
+    /// Records received but dropped unhandled because their partition was
+    /// revoked or lost, or the consumer shut down: fetched after the revoke,
+    /// read ahead or waiting in the partition's buffer, or stopped between
+    /// retries. Never committed by this member, so redelivered.
     pub records_unassigned: u64,
+    /// Records whose attempts ran out and that were written to the
+    /// dead-letter topic (acknowledged by the broker) and committed past.
+    pub records_dead_lettered: u64,
+    /// Records whose attempts ran out and that were given up and committed
+    /// past ([`OnExhausted::SkipAndCommitPast`](crate::OnExhausted::SkipAndCommitPast)).
+    pub records_skipped: u64,
     /// Successful offset commits (each may cover several partitions).
     pub commits: u64,
     /// Failed offset commits; their offsets were committed again later, or

@@ -15,6 +15,8 @@ pub(crate) struct Counters {
     /// Records whose first attempt failed.
     pub(crate) records_failed: AtomicU64,
     pub(crate) late_completions: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) skipped: AtomicU64,
     pub(crate) unassigned: AtomicU64,
     pub(crate) commits: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
@@ -69,6 +71,8 @@ impl Counters {
             records_succeeded: self.succeeded.load(Ordering::Relaxed),
             failed_attempts: self.failed_attempts.load(Ordering::Relaxed),
             late_completions: self.late_completions.load(Ordering::Relaxed),
+            records_dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            records_skipped: self.skipped.load(Ordering::Relaxed),
             records_unassigned: self.unassigned.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             commit_failures: self.commit_failures.load(Ordering::Relaxed),

@@ -415,8 +415,12 @@ enum Done {
     /// attempt (`None` for a parked or given-up record).
     Completed { succeeded_at: Option<Instant> },
     /// The worker must stop (revoked, shutting down) with the record
-    /// neither handled nor parked.
+    /// neither handled nor parked: counted as unassigned (redelivered to
+    /// the next owner).
     Stopped,
+    /// The handler succeeded after the partition was revoked: counted as a
+    /// late completion (redelivered to the next owner too).
+    Late,
 }
 
 enum Attempt {
@@ -519,20 +523,46 @@ impl<H: Handler> Worker<H> {
                 // The poll loop never sees this partition's records: the
                 // channel is not needed (a send to it fails as closed).
                 drop(rx);
-                self.run_from(Source::Queue(SplitSource {
+                let mut src = Source::Queue(SplitSource {
                     stream: split.queue.stream(),
                     handle: split.handle.as_ref(),
                     ready: std::collections::VecDeque::with_capacity(READ_BATCH),
                     started: false,
-                }))
-                .await;
+                });
+                self.run_from(&mut src).await;
+                self.drop_unhandled(src);
             }
-            None => self.run_from(Source::<C>::Channel(rx)).await,
+            None => {
+                let mut src = Source::<C>::Channel(rx);
+                self.run_from(&mut src).await;
+                self.drop_unhandled(src);
+            }
         }
         self.flush_counts();
     }
 
-    async fn run_from<C: ConsumerContext>(&self, src: Source<'_, C>) {
+    /// Counts the records the worker received but never handled because
+    /// its partition stopped (revoked, lost, or closed at shutdown): read
+    /// ahead in a batch, or waiting in the hand-over buffer. They are not
+    /// committed, so the next owner gets them again.
+    fn drop_unhandled<C: ConsumerContext>(&self, src: Source<'_, C>) {
+        let n = match src {
+            Source::Queue(q) => q.ready.len(),
+            Source::Channel(mut rx) => {
+                rx.close();
+                let mut n = 0;
+                while rx.try_recv().is_ok() {
+                    n += 1;
+                }
+                n
+            }
+        };
+        if n > 0 {
+            self.engine.counters.unassigned(n as u64);
+        }
+    }
+
+    async fn run_from<C: ConsumerContext>(&self, src: &mut Source<'_, C>) {
         match self.engine.settings.processing_order {
             ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
                 self.run_by_key(src, max_in_flight).await;
@@ -720,14 +750,14 @@ impl<H: Handler> Worker<H> {
     }
 
     /// [`ProcessingOrder::Partition`]: one record at a time, in offset order.
-    async fn run_in_order<C: ConsumerContext>(&self, mut src: Source<'_, C>) {
+    async fn run_in_order<C: ConsumerContext>(&self, src: &mut Source<'_, C>) {
         let mut batch_start: Option<Instant> = None;
         // When the previous record succeeded and the next one is taken
         // without waiting, the clock read that ended the one starts the
         // other: one clock read per record on the success path.
         let mut last_end: Option<Instant> = None;
         loop {
-            let record = if let Some(r) = self.try_next(&mut src) {
+            let record = if let Some(r) = self.try_next(src) {
                 r
             } else {
                 // The buffer is empty: the batch ends here.
@@ -739,20 +769,22 @@ impl<H: Handler> Worker<H> {
                 tokio::select! {
                     biased;
                     _ = self.state.stop.cancelled() => break,
-                    r = self.next(&mut src) => match r {
+                    r = self.next(src) => match r {
                         Some(r) => r,
                         None => break,
                     },
                 }
             };
             if self.state.stop.is_cancelled() {
+                // Taken, never handled: the next owner gets it.
+                self.engine.counters.unassigned(1);
                 break;
             }
             let start = last_end.take().unwrap_or_else(Instant::now);
             batch_start.get_or_insert(start);
             match self.handle_until_done(record, Some(start)).await {
                 Done::Completed { succeeded_at } => last_end = succeeded_at,
-                Done::Stopped => break,
+                Done::Stopped | Done::Late => break,
             }
             if self.unflushed.load(Ordering::Relaxed) >= FLUSH_EVERY {
                 self.flush_counts();
@@ -765,7 +797,7 @@ impl<H: Handler> Worker<H> {
 
     /// [`ProcessingOrder::Key`]: up to `max_in_flight` handler pipelines at
     /// once on this task, one per key lane, each lane in offset order.
-    async fn run_by_key<C: ConsumerContext>(&self, mut src: Source<'_, C>, max_in_flight: usize) {
+    async fn run_by_key<C: ConsumerContext>(&self, src: &mut Source<'_, C>, max_in_flight: usize) {
         let mut k = Keyed {
             lanes: KeyLanes::default(),
             window: OffsetTracker::default(),
@@ -780,7 +812,7 @@ impl<H: Handler> Worker<H> {
         loop {
             // Start what can start without waiting.
             while k.has_room(running.len()) {
-                let Some(r) = self.try_next(&mut src) else {
+                let Some(r) = self.try_next(src) else {
                     break;
                 };
                 if let Some((lane, r)) = self.take(&mut k, r) {
@@ -788,7 +820,10 @@ impl<H: Handler> Worker<H> {
                 }
             }
             if k.stopping {
-                k.lanes.drop_waiting();
+                let dropped = k.lanes.drop_waiting();
+                if dropped > 0 {
+                    self.engine.counters.unassigned(dropped as u64);
+                }
                 if running.is_empty() {
                     break;
                 }
@@ -803,7 +838,7 @@ impl<H: Handler> Worker<H> {
                 tokio::select! {
                     biased;
                     () = &mut cancelled => k.stopping = true,
-                    r = self.next(&mut src) => match r {
+                    r = self.next(src) => match r {
                         Some(r) => {
                             if let Some((lane, r)) = self.take(&mut k, r) {
                                 running.push(self.pipeline(lane, r));
@@ -822,7 +857,7 @@ impl<H: Handler> Worker<H> {
                     k.stopping = true;
                     None
                 }
-                r = self.next(&mut src), if can_take => match r {
+                r = self.next(src), if can_take => match r {
                     Some(r) => self.take(&mut k, r),
                     None => {
                         k.stopping = true;
@@ -846,6 +881,8 @@ impl<H: Handler> Worker<H> {
     fn take(&self, k: &mut Keyed, record: Record) -> Option<(LaneId, Record)> {
         if self.state.stop.is_cancelled() {
             k.stopping = true;
+            // Taken, never handled: the next owner gets it.
+            self.engine.counters.unassigned(1);
             return None;
         }
         k.batch_start.get_or_insert_with(Instant::now);
@@ -868,8 +905,12 @@ impl<H: Handler> Worker<H> {
             k.stopping = true;
         }
         let next = k.lanes.finish(lane)?;
-        // Stopping: the waiting record is dropped, uncommitted.
-        (!k.stopping).then_some((lane, next))
+        if k.stopping {
+            // The waiting record is dropped, uncommitted.
+            self.engine.counters.unassigned(1);
+            return None;
+        }
+        Some((lane, next))
     }
 
     /// One record's handler pipeline in key order.
@@ -899,7 +940,15 @@ impl<H: Handler> Worker<H> {
     /// letter) or given up (skip), or the worker must stop (revoked or
     /// shutting down) with the record neither. `start` is the clock reading
     /// to start the first attempt at (the caller's, when it has one).
-    async fn handle_until_done(&self, record: Record, mut start: Option<Instant>) -> Done {
+    async fn handle_until_done(&self, record: Record, start: Option<Instant>) -> Done {
+        let done = self.attempt_until_done(record, start).await;
+        if matches!(done, Done::Stopped) {
+            self.engine.counters.unassigned(1);
+        }
+        done
+    }
+
+    async fn attempt_until_done(&self, record: Record, mut start: Option<Instant>) -> Done {
         let offset = record.offset();
         let event_time = self.event_time(&record);
         let retry = &self.engine.settings.retry;
@@ -939,7 +988,7 @@ impl<H: Handler> Worker<H> {
                         // record will be redelivered to its new owner.
                         self.state.metrics.attempt(took, None);
                         self.engine.counters.late_completion();
-                        return Done::Stopped;
+                        return Done::Late;
                     }
                     self.state.metrics.handler_succeeded(
                         &self.engine.wall_clock,
@@ -1024,15 +1073,12 @@ impl<H: Handler> Worker<H> {
                     );
                     blocked.unblock();
                     self.state.metrics.skipped();
+                    self.engine.counters.skipped.fetch_add(1, Ordering::Relaxed);
                     self.complete(offset);
                     return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
-                    return if self.park(writer, &record, failure, &mut blocked).await {
-                        Done::Completed { succeeded_at: None }
-                    } else {
-                        Done::Stopped
-                    };
+                    return self.park(writer, &record, failure, &mut blocked).await;
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -1067,14 +1113,14 @@ impl<H: Handler> Worker<H> {
         record: &Record,
         failure: FailureInfo,
         blocked: &mut BlockGuard<'_, H>,
-    ) -> bool {
+    ) -> Done {
         let topic = writer.topic_for(record.topic());
         let mut write_attempt: u32 = 0;
         loop {
             write_attempt += 1;
             let sent = tokio::select! {
                 biased;
-                _ = self.state.stop.cancelled() => return false,
+                _ = self.state.stop.cancelled() => return Done::Stopped,
                 r = writer.park(record, &topic, &failure) => r,
             };
             match sent {
@@ -1085,7 +1131,7 @@ impl<H: Handler> Worker<H> {
                         // Parked, but the partition moved on: its new owner
                         // will handle the record again (at-least-once).
                         self.engine.counters.late_completion();
-                        return false;
+                        return Done::Late;
                     }
                     tracing::warn!(
                         topic = %self.state.topic,
@@ -1096,8 +1142,12 @@ impl<H: Handler> Worker<H> {
                         dead_letter_topic = %topic,
                         "record dead-lettered after its last attempt"
                     );
+                    self.engine
+                        .counters
+                        .dead_lettered
+                        .fetch_add(1, Ordering::Relaxed);
                     self.complete(record.offset());
-                    return true;
+                    return Done::Completed { succeeded_at: None };
                 }
                 Err(e) => {
                     self.state
@@ -1115,7 +1165,7 @@ impl<H: Handler> Worker<H> {
                         "writing to the dead-letter topic failed; the record stays uncommitted and the write is retried"
                     );
                     if !self.sleep(delay).await {
-                        return false;
+                        return Done::Stopped;
                     }
                 }
             }

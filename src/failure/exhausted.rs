@@ -42,7 +42,11 @@ pub const DEFAULT_STORM_MIN_RECORDS: u64 = 20;
 /// The failure share is `failed / (failed + succeeded)` over the last
 /// `window`, counting records (not attempts) of all partitions; a record
 /// counts as failed when its first attempt failed. It is only judged once at
-/// least `min_records` records finished in the window.
+/// least `min_records` records finished in the window; until then the last
+/// judgement stands, so a tripped guard clears only on evidence
+/// (`min_records` records finished in a window with a failure share at or
+/// below the threshold), never because the window emptied while it kept
+/// every partition blocked.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
 pub struct StormGuard {
@@ -197,7 +201,15 @@ impl Exhausted {
         let ok = succeeded.saturating_sub(base_ok);
         let bad = failed.saturating_sub(base_failed);
         let total = ok + bad;
-        let tripped = total >= g.min_records && bad as f64 > g.max_failure_ratio * total as f64;
+        let tripped = if total >= g.min_records {
+            bad as f64 > g.max_failure_ratio * total as f64
+        } else {
+            // Too few records finished in the window to judge: the last
+            // judgement stands. While the guard blocks every partition
+            // nothing finishes, and an empty window is no evidence that
+            // the storm is over.
+            self.active.load(Ordering::Acquire)
+        };
         let was = self.active.swap(tripped, Ordering::AcqRel);
         if tripped != was {
             self.instruments.storm_guard(tripped);
