@@ -40,6 +40,9 @@
 //! poison record is stuck again after a restart. The snapshot names the
 //! partition and the reason, so the probe's body is worth logging.
 
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
+
 use std::error::Error;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -54,8 +57,10 @@ use fresh_consumer::{
     Record, RetryPolicy,
 };
 use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio_util::sync::CancellationToken;
+
+use mock_broker::MockBroker;
 
 #[derive(Debug)]
 struct Args {
@@ -143,28 +148,16 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let stop = CancellationToken::new();
-    // The broker: the one named, or a mock cluster in this process with a
-    // producer feeding it.
-    let mut _mock_owner: Option<BaseProducer> = None;
+    // The broker: the one named, or a mock cluster in this process (kept
+    // running until `run` returns) with a producer feeding it.
+    let mut _mock: Option<MockBroker> = None;
     let bootstrap = match &args.bootstrap {
         Some(b) => b.clone(),
         None => {
-            let owner: BaseProducer = ClientConfig::new()
-                .set("test.mock.num.brokers", "1")
-                .create()?;
-            let mock = owner
-                .client()
-                .mock_cluster()
-                .ok_or("the mock cluster did not start")?;
-            let bootstrap = mock.bootstrap_servers();
-            // SAFETY: `owner` owns the mock cluster and outlives this call.
-            unsafe {
-                let c = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-                rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(c, 0);
-            }
-            mock.create_topic(&args.topic, 3, 1)?;
-            drop(mock);
-            _mock_owner = Some(owner);
+            let broker = MockBroker::start()?;
+            broker.create_topic(&args.topic, 3)?;
+            let bootstrap = broker.bootstrap().to_owned();
+            _mock = Some(broker);
             tokio::spawn(feed(bootstrap.clone(), args.topic.clone(), stop.clone()));
             println!("mock Kafka broker: {bootstrap}, topic {:?}", args.topic);
             bootstrap

@@ -32,6 +32,13 @@
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set, the same provider also
 //! exports over OTLP, configured by the standard `OTEL_*` variables through
 //! `fresh_consumer::otlp`.
+//!
+//! The mock broker comes from `examples/support/mock_broker.rs` (shared with
+//! the other examples and the benches). Against a real cluster, pass its
+//! bootstrap servers instead and drop the `fetch.wait.max.ms` setting.
+
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
 
 use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
@@ -50,8 +57,10 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Notify;
+
+use mock_broker::MockBroker;
 
 const TOPIC: &str = "quickstart";
 const PARTITIONS: i32 = 3;
@@ -153,27 +162,12 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    // 1. The broker: a client configured with `test.mock.num.brokers` starts
-    //    librdkafka's mock cluster in-process. It speaks the Kafka protocol on
-    //    a loopback port, so any Kafka client can connect to it.
-    let owner: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "1")
-        .create()?;
-    let mock = owner
-        .client()
-        .mock_cluster()
-        .ok_or("the mock cluster did not start")?;
-    let bootstrap = mock.bootstrap_servers();
-    // SAFETY: `owner` owns the mock cluster and outlives this call; the
-    // pointer is only used here.
-    unsafe {
-        let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-        // A real broker's default `group.initial.rebalance.delay.ms` (3 s) would
-        // delay the first join; the demo should not wait for it.
-        rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
-    }
-    mock.create_topic(TOPIC, PARTITIONS, 1)?;
-    drop(mock);
+    // 1. The broker: librdkafka's mock cluster, in this process. It speaks
+    //    the Kafka protocol on a loopback port, so any Kafka client can
+    //    connect to it. It runs until `broker` is dropped.
+    let broker = MockBroker::start()?;
+    broker.create_topic(TOPIC, PARTITIONS)?;
+    let bootstrap = broker.bootstrap().to_owned();
 
     // 2. Metrics: one provider, one in-process reader for the table printed at
     //    the end, plus an OTLP exporter when an endpoint is configured.
@@ -272,7 +266,7 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
         eprintln!("metrics: {}", chain(&e));
     }
-    drop(owner);
+    drop(broker);
 
     // The demo doubles as a smoke test: everything produced must have been
     // handled, and every partition committed up to its log end.
