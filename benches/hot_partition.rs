@@ -92,19 +92,14 @@ impl Setup {
             progress: Arc::clone(&progress),
             work: || tokio::time::sleep(WORK),
         };
-        let (provider, _exporter) = support::sdk_provider();
         let c = support::fresh_consumer(
             handler,
             &self.bootstrap,
             [self.topic.as_str()],
             unique("hot"),
         )
-        .processing_order(order)
-        .meter_provider(&provider);
-        support::run_to_target(c, &progress, DEADLINE)
-            .await
-            .expect("fresh consumer");
-        let _ = provider.shutdown();
+        .processing_order(order);
+        support::run_metrics_on(c, &progress, DEADLINE).await;
         progress.elapsed()
     }
 }

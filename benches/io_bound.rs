@@ -174,18 +174,13 @@ impl Setup {
                 async move { wait(&timer, how).await }
             },
         };
-        let (provider, _exporter) = support::sdk_provider();
         let c = support::fresh_consumer(
             handler,
             &self.bootstrap,
             [self.topic.as_str()],
             unique("io"),
-        )
-        .meter_provider(&provider);
-        support::run_to_target(c, &progress, DEADLINE)
-            .await
-            .expect("fresh consumer");
-        let _ = provider.shutdown();
+        );
+        support::run_metrics_on(c, &progress, DEADLINE).await;
         progress.elapsed()
     }
 

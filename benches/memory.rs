@@ -53,7 +53,7 @@ use criterion::measurement::{Measurement, ValueFormatter};
 use fresh_consumer::Record;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 
-use support::{env_or, median, min_max, unique};
+use support::{Progress, env_or, median, min_max, unique};
 
 const CHILD_ENV: &str = "FRESH_BENCH_MEMORY_CHILD";
 const PARTITIONS: i32 = 12;
@@ -103,20 +103,15 @@ fn child(kind: &str) {
 }
 
 async fn fresh(bootstrap: &str, topic: &str, total: u64) {
-    let n = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(tokio::sync::Notify::new());
+    let progress = Progress::new(total);
     let handler = {
-        let n = Arc::clone(&n);
-        let done = Arc::clone(&done);
+        let p = Arc::clone(&progress);
         move |record: Record| {
-            let n = Arc::clone(&n);
-            let done = Arc::clone(&done);
+            let p = Arc::clone(&p);
             async move {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 std::hint::black_box(record.payload());
-                if n.fetch_add(1, Ordering::Relaxed) + 1 == total {
-                    done.notify_one();
-                }
+                p.finished();
                 Ok::<(), Infallible>(())
             }
         }
@@ -124,17 +119,7 @@ async fn fresh(bootstrap: &str, topic: &str, total: u64) {
     let c = support::fresh_consumer(handler, bootstrap, [topic], unique("mem"))
         .set("queued.max.messages.kbytes", QUEUED_KBYTES)
         .max_buffered_records(MAX_BUFFERED);
-    let (provider, _exporter) = support::sdk_provider();
-    let summary = tokio::time::timeout(
-        Duration::from_secs(120),
-        c.meter_provider(&provider)
-            .run_until(async move { done.notified().await }),
-    )
-    .await
-    .expect("deadline")
-    .expect("run");
-    assert!(summary.records_succeeded >= total);
-    let _ = provider.shutdown();
+    support::run_metrics_on(c, &progress, Duration::from_secs(120)).await;
 }
 
 async fn raw(bootstrap: &str, topic: &str, total: u64) {

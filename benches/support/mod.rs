@@ -204,6 +204,21 @@ pub async fn run_to_target<H: Handler>(
     Ok(summary)
 }
 
+/// [`run_to_target`] with all metrics on: a [`sdk_provider`] of the run's
+/// own, shut down after it. Panics when the run fails.
+pub async fn run_metrics_on<H: Handler>(
+    consumer: FreshConsumer<H>,
+    progress: &Arc<Progress>,
+    deadline: Duration,
+) -> RunSummary {
+    let (provider, _exporter) = sdk_provider();
+    let summary = run_to_target(consumer.meter_provider(&provider), progress, deadline)
+        .await
+        .expect("fresh consumer");
+    let _ = provider.shutdown();
+    summary
+}
+
 /// The configuration of a raw rdkafka consumer as the baselines use it:
 /// [`CONSUMER_PROPS`], group `group`, no auto commit, a new group reading
 /// from the start.
