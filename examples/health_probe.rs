@@ -40,6 +40,8 @@
 //! poison record is stuck again after a restart. The snapshot names the
 //! partition and the reason, so the probe's body is worth logging.
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
@@ -123,13 +125,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("health_probe: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("health_probe", parse_args);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -139,10 +135,7 @@ async fn main() -> ExitCode {
         .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("health_probe: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("health_probe", e.as_ref()),
     }
 }
 
@@ -221,7 +214,7 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 }
             };
             tokio::select! {
-                () = shutdown_signal() => println!("signal received; stopping"),
+                () = cli::shutdown_signal() => println!("signal received; stopping"),
                 () = timer => println!("--exit-after reached; stopping"),
             }
             stop.cancel();
@@ -294,26 +287,4 @@ async fn feed(bootstrap: String, topic: String, stop: CancellationToken) {
         }
     }
     let _ = producer.flush(Duration::from_secs(1));
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
 }

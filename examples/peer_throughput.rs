@@ -49,6 +49,9 @@
 #[path = "../benches/support/mod.rs"]
 mod support;
 
+#[path = "support/cli.rs"]
+mod cli;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::error::Error;
@@ -167,13 +170,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("peer_throughput: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("peer_throughput", parse_args);
     let result = match args.mode {
         Mode::Fresh => fresh(&args).await,
         Mode::Raw | Mode::RawOtel => raw(&args).await,
@@ -202,10 +199,10 @@ async fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("peer_throughput ({}): {e}", args.mode.name());
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed(
+            &format!("peer_throughput ({})", args.mode.name()),
+            e.as_ref(),
+        ),
     }
 }
 

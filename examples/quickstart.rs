@@ -37,6 +37,8 @@
 //! the other examples and the benches). Against a real cluster, pass its
 //! bootstrap servers instead and drop the `fetch.wait.max.ms` setting.
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
@@ -126,31 +128,11 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("quickstart: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("quickstart", parse_args);
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("quickstart: {}", chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("quickstart", e.as_ref()),
     }
-}
-
-/// An error and its sources, `outer: inner: innermost`.
-fn chain(e: &dyn Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    message
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
@@ -264,7 +246,7 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     print_report(&state, &summary, &ages, &end_offsets, elapsed);
 
     if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
-        eprintln!("metrics: {}", chain(&e));
+        eprintln!("metrics: {}", cli::chain(&e));
     }
     drop(broker);
 
@@ -371,31 +353,9 @@ async fn stop_signal(state: Arc<State>, demo: bool) {
     };
     tokio::select! {
         () = done => println!("all {} records handled; stopping", state.target.unwrap_or(0)),
-        () = ctrl_c_or_sigterm() => println!("signal received; stopping"),
+        () = cli::shutdown_signal() => println!("signal received; stopping"),
         () = state.abort.notified() => eprintln!("aborted; stopping"),
         () = deadline => {}
-    }
-}
-
-async fn ctrl_c_or_sigterm() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

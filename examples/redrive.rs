@@ -31,10 +31,11 @@
 //! The consumer that handles the source topic must be fixed first: a record
 //! that still fails is simply dead-lettered again (with a new offset).
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
-use std::error::Error;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -159,13 +160,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("redrive", parse_args);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -192,22 +187,8 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("redrive failed: {}", chain(&*e));
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("redrive failed", &*e),
     }
-}
-
-fn chain(e: &(dyn Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
 }
 
 // ---------------------------------------------------------------------------
