@@ -35,19 +35,13 @@
 
 mod support;
 
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
-use fresh_consumer::{FreshConsumer, ProcessingOrder, Record};
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use criterion::Throughput;
+use fresh_consumer::ProcessingOrder;
 
-use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+use support::{Progress, Timed, env_or, median, min_max, unique};
 
 const DEADLINE: Duration = Duration::from_secs(300);
 const WORK: Duration = Duration::from_millis(1);
@@ -93,123 +87,33 @@ impl Setup {
     }
 
     async fn fresh(&self, order: ProcessingOrder) -> Duration {
-        let progress = Arc::new(Progress::new(self.records));
-        let handler = {
-            let p = Arc::clone(&progress);
-            move |_record: Record| {
-                let p = Arc::clone(&p);
-                async move {
-                    p.started();
-                    tokio::time::sleep(WORK).await;
-                    p.finished();
-                    Ok::<(), Infallible>(())
-                }
-            }
+        let progress = Progress::new(self.records);
+        let handler = Timed {
+            progress: Arc::clone(&progress),
+            work: || tokio::time::sleep(WORK),
         };
-        let mut c = FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(unique("hot"))
-            .topics([self.topic.as_str()])
-            .processing_order(order)
-            .commit_interval(Duration::from_millis(100))
-            .shutdown_timeout(Duration::from_secs(10));
-        for (k, v) in CONSUMER_PROPS {
-            c = c.set(*k, *v);
-        }
-        let (provider, _exporter) = support::sdk_provider();
-        let c = c.meter_provider(&provider);
-        let p = Arc::clone(&progress);
-        let summary = tokio::time::timeout(
-            DEADLINE,
-            c.run_until(async move { p.done.notified().await }),
+        let c = support::fresh_consumer(
+            handler,
+            &self.bootstrap,
+            [self.topic.as_str()],
+            unique("hot"),
         )
-        .await
-        .expect("deadline")
-        .expect("run");
-        assert!(summary.records_succeeded >= self.records);
-        let _ = provider.shutdown();
+        .processing_order(order);
+        support::run_metrics_on(c, &progress, DEADLINE).await;
         progress.elapsed()
     }
 }
 
 /// Produces `records` records to partition 0 of `topic`, keys drawn from
-/// [`KEYS`] keys by a fixed xorshift sequence, and checks the mock kept them.
+/// [`KEYS`] keys by a fixed xorshift sequence (the mock keeps them all).
 fn produce_hot(bootstrap: &str, topic: &str, records: u64) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "20")
-        .set("queue.buffering.max.messages", "1000000")
-        .create()
-        .expect("producer");
-    let payload = vec![b'x'; 100];
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for _ in 0..records {
+    support::produce_keyed(bootstrap, topic, 1, records as usize, 100, |_| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let key = format!("key-{:04}", x % KEYS);
-        let mut record = BaseRecord::to(topic)
-            .partition(0)
-            .key(&key)
-            .payload(&payload);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(5));
-                }
-                Err((e, _)) => panic!("produce: {e}"),
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(60)).expect("flush");
-    let reader: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("watermark reader");
-    let (lo, hi) = reader
-        .fetch_watermarks(topic, 0, Duration::from_secs(10))
-        .expect("watermarks");
-    assert_eq!((lo, hi), (0, records as i64), "the mock dropped records");
-}
-
-struct Progress {
-    target: u64,
-    n: AtomicU64,
-    first: OnceLock<Instant>,
-    last: OnceLock<Instant>,
-    done: tokio::sync::Notify,
-}
-
-impl Progress {
-    fn new(target: u64) -> Self {
-        Progress {
-            target,
-            n: AtomicU64::new(0),
-            first: OnceLock::new(),
-            last: OnceLock::new(),
-            done: tokio::sync::Notify::new(),
-        }
-    }
-
-    fn started(&self) {
-        self.first.get_or_init(Instant::now);
-    }
-
-    fn finished(&self) {
-        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
-            let _ = self.last.set(Instant::now());
-            self.done.notify_one();
-        }
-    }
-
-    fn elapsed(&self) -> Duration {
-        self.last
-            .get()
-            .expect("all records")
-            .duration_since(*self.first.get().expect("a record"))
-    }
+        format!("key-{:04}", x % KEYS)
+    });
 }
 
 static SAMPLES: Mutex<Vec<(String, f64)>> = Mutex::new(Vec::new());
@@ -230,15 +134,15 @@ fn main() {
         .filter(|&n| n >= 1)
         .collect();
 
-    let cluster = Cluster::start();
-    let topic = cluster.topic("hot-partition", 1);
-    produce_hot(cluster.bootstrap(), &topic, records);
+    let broker = support::mock_broker();
+    let topic = support::topic(&broker, "hot-partition", 1);
+    produce_hot(broker.bootstrap(), &topic, records);
     println!(
         "hot_partition: 1 partition x {records} records, {KEYS} keys (pseudo-random order), handler sleeps 1 ms; {}",
         support::machine()
     );
     let setup = Setup {
-        bootstrap: cluster.bootstrap().to_owned(),
+        bootstrap: broker.bootstrap().to_owned(),
         topic,
         records,
     };
@@ -253,26 +157,19 @@ fn main() {
     );
     let rt = support::runtime();
 
-    let mut c = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_secs(1))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(1));
     {
-        let mut g = c.benchmark_group("hot_partition");
-        g.sampling_mode(SamplingMode::Flat);
+        let mut g = support::flat_group(&mut c, "hot_partition");
         g.throughput(Throughput::Elements(records));
         for &v in &variants {
             let name = v.name();
             g.bench_function(name.as_str(), |b| {
                 b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            let took = rt.block_on(setup.run(v));
-                            note(&name, records, took);
-                            took
-                        })
-                        .sum()
+                    support::runs(iters, || {
+                        let took = rt.block_on(setup.run(v));
+                        note(&name, records, took);
+                        took
+                    })
                 })
             });
         }
@@ -313,7 +210,7 @@ fn main() {
         }
     }
     drop(rt);
-    drop(cluster);
+    drop(broker);
 }
 
 fn summarize(title: &str, variants: &[Variant], records: u64) {

@@ -1,6 +1,9 @@
 //! Cost per record of what the library records on the success path, in ns.
 //!
-//!     cargo bench --bench instrumentation
+//!     cargo bench --bench instrumentation --features __bench
+//!
+//! (The `__bench` feature exposes the hidden module this bench calls; it is
+//! not part of the API. Without it, Cargo skips this bench.)
 //!
 //! What is timed is the library's own code, through the hidden
 //! `fresh_consumer::__bench::SuccessPath` hook: what a partition worker runs

@@ -33,17 +33,14 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
-use fresh_consumer::{FreshConsumer, Record};
-use rdkafka::ClientConfig;
+use criterion::Throughput;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 
-use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+use support::{Progress, Timed, env_or, median, min_max, unique};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const WORK: Duration = Duration::from_millis(1);
@@ -168,42 +165,22 @@ impl Setup {
     }
 
     async fn fresh(&self, how: Wait) -> Duration {
-        let progress = Arc::new(Progress::new(self.total()));
-        let handler = {
-            let p = Arc::clone(&progress);
-            let timer = Arc::clone(&self.timer);
-            move |_record: Record| {
-                let p = Arc::clone(&p);
+        let progress = Progress::new(self.total());
+        let timer = Arc::clone(&self.timer);
+        let handler = Timed {
+            progress: Arc::clone(&progress),
+            work: move || {
                 let timer = Arc::clone(&timer);
-                async move {
-                    p.started();
-                    wait(&timer, how).await;
-                    p.finished();
-                    Ok::<(), Infallible>(())
-                }
-            }
+                async move { wait(&timer, how).await }
+            },
         };
-        let mut c = FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(unique("io"))
-            .topics([self.topic.as_str()])
-            .commit_interval(Duration::from_millis(100))
-            .shutdown_timeout(Duration::from_secs(10));
-        for (k, v) in CONSUMER_PROPS {
-            c = c.set(*k, *v);
-        }
-        let (provider, _exporter) = support::sdk_provider();
-        let c = c.meter_provider(&provider);
-        let p = Arc::clone(&progress);
-        let summary = tokio::time::timeout(
-            DEADLINE,
-            c.run_until(async move { p.done.notified().await }),
-        )
-        .await
-        .expect("deadline")
-        .expect("run");
-        assert!(summary.records_succeeded >= self.total());
-        let _ = provider.shutdown();
+        let c = support::fresh_consumer(
+            handler,
+            &self.bootstrap,
+            [self.topic.as_str()],
+            unique("io"),
+        );
+        support::run_metrics_on(c, &progress, DEADLINE).await;
         progress.elapsed()
     }
 
@@ -229,15 +206,9 @@ impl Setup {
 
     /// A raw consumer awaiting the handler inline, for `records` records.
     async fn raw_sequential(&self, records: u64) -> Duration {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", unique("io-raw"))
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest");
-        for (k, v) in CONSUMER_PROPS {
-            cfg.set(*k, *v);
-        }
-        let consumer: StreamConsumer = cfg.create().expect("raw consumer");
+        let consumer: StreamConsumer = support::raw_config(&self.bootstrap, &unique("io-raw"))
+            .create()
+            .expect("raw consumer");
         consumer.subscribe(&[&self.topic]).expect("subscribe");
         let mut first = None;
         let consume = async {
@@ -252,48 +223,8 @@ impl Setup {
             .await
             .expect("deadline");
         let took = first.expect("a record").elapsed();
-        tokio::task::spawn_blocking(move || drop(consumer))
-            .await
-            .expect("close");
+        support::close(consumer).await;
         took
-    }
-}
-
-struct Progress {
-    target: u64,
-    n: AtomicU64,
-    first: OnceLock<Instant>,
-    last: OnceLock<Instant>,
-    done: tokio::sync::Notify,
-}
-
-impl Progress {
-    fn new(target: u64) -> Self {
-        Progress {
-            target,
-            n: AtomicU64::new(0),
-            first: OnceLock::new(),
-            last: OnceLock::new(),
-            done: tokio::sync::Notify::new(),
-        }
-    }
-
-    fn started(&self) {
-        self.first.get_or_init(Instant::now);
-    }
-
-    fn finished(&self) {
-        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
-            let _ = self.last.set(Instant::now());
-            self.done.notify_one();
-        }
-    }
-
-    fn elapsed(&self) -> Duration {
-        self.last
-            .get()
-            .expect("all records")
-            .duration_since(*self.first.get().expect("a record"))
     }
 }
 
@@ -304,12 +235,18 @@ fn main() {
     let per_partition: u64 = env_or("BENCH_IO_RECORDS_PER_PARTITION", 500);
     let raw_records: u64 = env_or("BENCH_IO_RAW_RECORDS", 1_000);
 
-    let cluster = Cluster::start();
-    let topic = cluster.topic("io-bound", partitions);
-    cluster.produce(&topic, partitions, per_partition as usize, 100);
+    let broker = support::mock_broker();
+    let topic = support::topic(&broker, "io-bound", partitions);
+    support::produce(
+        broker.bootstrap(),
+        &topic,
+        partitions,
+        per_partition as usize,
+        100,
+    );
     let setup = Setup {
         timer: Arc::new(PreciseTimer::start()),
-        bootstrap: cluster.bootstrap().to_owned(),
+        bootstrap: broker.bootstrap().to_owned(),
         topic,
         partitions,
         per_partition,
@@ -322,28 +259,21 @@ fn main() {
     );
     let rt = support::runtime();
 
-    let mut c = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_secs(5))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(5));
     {
-        let mut g = c.benchmark_group("io_bound");
-        g.sampling_mode(SamplingMode::Flat);
+        let mut g = support::flat_group(&mut c, "io_bound");
         g.throughput(Throughput::Elements(total));
         let mut bench = |name: &'static str, run: &dyn Fn() -> Duration| {
             g.bench_function(name, |b| {
                 b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            let took = run();
-                            SAMPLES
-                                .lock()
-                                .unwrap()
-                                .push((name, total as f64 / took.as_secs_f64()));
-                            took
-                        })
-                        .sum()
+                    support::runs(iters, || {
+                        let took = run();
+                        SAMPLES
+                            .lock()
+                            .unwrap()
+                            .push((name, total as f64 / took.as_secs_f64()));
+                        took
+                    })
                 })
             });
         };
@@ -432,5 +362,5 @@ fn main() {
     }
     drop(samples);
     drop(rt);
-    drop(cluster);
+    drop(broker);
 }

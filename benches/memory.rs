@@ -48,13 +48,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use criterion::Throughput;
 use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{Criterion, SamplingMode, Throughput};
-use fresh_consumer::{FreshConsumer, Record};
-use rdkafka::ClientConfig;
+use fresh_consumer::Record;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 
-use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+use support::{Progress, env_or, median, min_max, unique};
 
 const CHILD_ENV: &str = "FRESH_BENCH_MEMORY_CHILD";
 const PARTITIONS: i32 = 12;
@@ -103,64 +102,31 @@ fn child(kind: &str) {
     println!("RESULT before_kb={before} peak_kb={peak} secs={secs:.3}");
 }
 
-fn props() -> Vec<(&'static str, &'static str)> {
-    let mut p = CONSUMER_PROPS.to_vec();
-    p.push(("queued.max.messages.kbytes", QUEUED_KBYTES));
-    p
-}
-
 async fn fresh(bootstrap: &str, topic: &str, total: u64) {
-    let n = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(tokio::sync::Notify::new());
+    let progress = Progress::new(total);
     let handler = {
-        let n = Arc::clone(&n);
-        let done = Arc::clone(&done);
+        let p = Arc::clone(&progress);
         move |record: Record| {
-            let n = Arc::clone(&n);
-            let done = Arc::clone(&done);
+            let p = Arc::clone(&p);
             async move {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 std::hint::black_box(record.payload());
-                if n.fetch_add(1, Ordering::Relaxed) + 1 == total {
-                    done.notify_one();
-                }
+                p.finished();
                 Ok::<(), Infallible>(())
             }
         }
     };
-    let mut c = FreshConsumer::new(handler)
-        .bootstrap_servers(bootstrap)
-        .group_id(unique("mem"))
-        .topics([topic])
-        .max_buffered_records(MAX_BUFFERED)
-        .commit_interval(Duration::from_millis(100))
-        .shutdown_timeout(Duration::from_secs(10));
-    for (k, v) in props() {
-        c = c.set(k, v);
-    }
-    let (provider, _exporter) = support::sdk_provider();
-    let summary = tokio::time::timeout(
-        Duration::from_secs(120),
-        c.meter_provider(&provider)
-            .run_until(async move { done.notified().await }),
-    )
-    .await
-    .expect("deadline")
-    .expect("run");
-    assert!(summary.records_succeeded >= total);
-    let _ = provider.shutdown();
+    let c = support::fresh_consumer(handler, bootstrap, [topic], unique("mem"))
+        .set("queued.max.messages.kbytes", QUEUED_KBYTES)
+        .max_buffered_records(MAX_BUFFERED);
+    support::run_metrics_on(c, &progress, Duration::from_secs(120)).await;
 }
 
 async fn raw(bootstrap: &str, topic: &str, total: u64) {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", bootstrap)
-        .set("group.id", unique("mem-raw"))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest");
-    for (k, v) in props() {
-        cfg.set(k, v);
-    }
-    let consumer: StreamConsumer = cfg.create().expect("raw consumer");
+    let consumer: StreamConsumer = support::raw_config(bootstrap, &unique("mem-raw"))
+        .set("queued.max.messages.kbytes", QUEUED_KBYTES)
+        .create()
+        .expect("raw consumer");
     consumer.subscribe(&[topic]).expect("subscribe");
     let consume = async {
         for i in 0..total {
@@ -174,9 +140,7 @@ async fn raw(bootstrap: &str, topic: &str, total: u64) {
     tokio::time::timeout(Duration::from_secs(120), consume)
         .await
         .expect("deadline");
-    tokio::task::spawn_blocking(move || drop(consumer))
-        .await
-        .expect("close");
+    support::close(consumer).await;
 }
 
 // --------------------------------------------------------------- parent --
@@ -284,21 +248,33 @@ fn main() {
         return;
     }
     let one_x = (MAX_BUFFERED * PARTITIONS as usize) as u64;
-    let cluster = Cluster::start();
-    let topic_1x = cluster.topic("mem-1x", PARTITIONS);
-    let topic_10x = cluster.topic("mem-10x", PARTITIONS);
-    cluster.produce(&topic_1x, PARTITIONS, MAX_BUFFERED, PAYLOAD);
-    cluster.produce(&topic_10x, PARTITIONS, MAX_BUFFERED * 10, PAYLOAD);
+    let broker = support::mock_broker();
+    let bootstrap = broker.bootstrap().to_owned();
+    let topic_1x = support::topic(&broker, "mem-1x", PARTITIONS);
+    let topic_10x = support::topic(&broker, "mem-10x", PARTITIONS);
+    support::produce(&bootstrap, &topic_1x, PARTITIONS, MAX_BUFFERED, PAYLOAD);
+    support::produce(
+        &bootstrap,
+        &topic_10x,
+        PARTITIONS,
+        MAX_BUFFERED * 10,
+        PAYLOAD,
+    );
     // The plateau check: one more FreshConsumer run on a topic of
     // `BENCH_MEMORY_EXTRA_FACTOR` (default 20, 0 = off) times the bound,
     // after criterion's samples (about 20 s).
     let extra_factor: usize = env_or("BENCH_MEMORY_EXTRA_FACTOR", 20);
     let topic_extra = (extra_factor > 0).then(|| {
-        let t = cluster.topic("mem-extra", PARTITIONS);
-        cluster.produce(&t, PARTITIONS, MAX_BUFFERED * extra_factor, PAYLOAD);
+        let t = support::topic(&broker, "mem-extra", PARTITIONS);
+        support::produce(
+            &bootstrap,
+            &t,
+            PARTITIONS,
+            MAX_BUFFERED * extra_factor,
+            PAYLOAD,
+        );
         t
     });
-    let bootstrap = cluster.bootstrap().to_owned();
     println!(
         "memory: {PARTITIONS} partitions, max_buffered_records {MAX_BUFFERED} (bound {one_x} records), {PAYLOAD} B payloads, queued.max.messages.kbytes={QUEUED_KBYTES}; {}",
         support::machine()
@@ -310,25 +286,17 @@ fn main() {
         ("raw_1x", "raw", &topic_1x, one_x),
         ("raw_10x", "raw", &topic_10x, one_x * 10),
     ];
-    let mut c = Criterion::default()
-        .with_measurement(RssGrowth)
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_secs(5))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(5)).with_measurement(RssGrowth);
     {
-        let mut g = c.benchmark_group("memory_rss_growth");
-        g.sampling_mode(SamplingMode::Flat);
+        let mut g = support::flat_group(&mut c, "memory_rss_growth");
         for (name, kind, topic, total) in cases {
             g.bench_function(name, |b| {
                 b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            let r = run_child(kind, &bootstrap, topic, total);
-                            SAMPLES.lock().unwrap().push((name, r));
-                            r.peak_kb.saturating_sub(r.before_kb) as f64 * 1024.0
-                        })
-                        .sum()
+                    support::runs(iters, || {
+                        let r = run_child(kind, &bootstrap, topic, total);
+                        SAMPLES.lock().unwrap().push((name, r));
+                        r.peak_kb.saturating_sub(r.before_kb) as f64 * 1024.0
+                    })
                 })
             });
         }

@@ -41,24 +41,20 @@
 
 mod support;
 
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
-use fresh_consumer::{FreshConsumer, Record};
+use criterion::Throughput;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::metrics::noop::NoopMeterProvider;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
-use support::{CONSUMER_PROPS, Cluster, env_or, median, min_max, unique};
+use support::{COMMIT_EVERY, Count, Progress, env_or, median, min_max, unique};
 
 /// How long one consumption may take before the bench fails.
 const DEADLINE: Duration = Duration::from_secs(120);
-/// The raw baseline's commit interval, and the library's `commit_interval`.
-const COMMIT_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Variant {
@@ -103,16 +99,10 @@ impl Setup {
     }
 
     async fn raw(&self) -> (Duration, Duration) {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", unique("raw"))
-            .set("enable.auto.commit", "false")
+        let consumer: StreamConsumer = support::raw_config(&self.bootstrap, &unique("raw"))
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest");
-        for (k, v) in CONSUMER_PROPS {
-            cfg.set(*k, *v);
-        }
-        let consumer: StreamConsumer = cfg.create().expect("raw consumer");
+            .create()
+            .expect("raw consumer");
         consumer.subscribe(&[&self.topic]).expect("subscribe");
         let mut next = vec![-1i64; self.partitions as usize];
         let commit = |next: &[i64]| {
@@ -150,31 +140,18 @@ impl Setup {
         let (first, cpu) = first.expect("a record");
         let took = (first.elapsed(), support::process_cpu().saturating_sub(cpu));
         commit(&next);
-        // Closing leaves the group and blocks: not on a runtime worker.
-        tokio::task::spawn_blocking(move || drop(consumer))
-            .await
-            .expect("close");
+        support::close(consumer).await;
         took
     }
 
     async fn fresh(&self, metrics: bool) -> (Duration, Duration) {
-        let progress = Arc::new(Progress::new(self.total));
-        let handler = {
-            let p = Arc::clone(&progress);
-            move |_record: Record| {
-                p.hit();
-                std::future::ready(Ok::<(), Infallible>(()))
-            }
-        };
-        let mut c = FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(unique("fresh"))
-            .topics([self.topic.as_str()])
-            .commit_interval(COMMIT_EVERY)
-            .shutdown_timeout(Duration::from_secs(10));
-        for (k, v) in CONSUMER_PROPS {
-            c = c.set(*k, *v);
-        }
+        let progress = Progress::with_cpu(self.total);
+        let mut c = support::fresh_consumer(
+            Count(Arc::clone(&progress)),
+            &self.bootstrap,
+            [self.topic.as_str()],
+            unique("fresh"),
+        );
         // Diagnostics only (README: "Why"): override library options.
         if let Some(n) = env_opt("BENCH_FRESH_MAX_BUFFERED") {
             c = c.max_buffered_records(n);
@@ -192,20 +169,9 @@ impl Setup {
             Some((p, _)) => c.meter_provider(p),
             None => c.meter(NoopMeterProvider::new().meter("fresh-consumer-bench")),
         };
-        let p = Arc::clone(&progress);
-        let summary = tokio::time::timeout(
-            DEADLINE,
-            c.run_until(async move { p.done.notified().await }),
-        )
-        .await
-        .expect("fresh consumer: deadline")
-        .expect("fresh consumer run");
-        assert!(
-            summary.records_succeeded >= self.total,
-            "{} of {} records handled",
-            summary.records_succeeded,
-            self.total
-        );
+        support::run_to_target(c, &progress, DEADLINE)
+            .await
+            .expect("fresh consumer");
         if let Some((p, exporter)) = provider {
             // The library flushed the provider at shutdown: one export.
             assert!(
@@ -214,47 +180,7 @@ impl Setup {
             );
             let _ = p.shutdown();
         }
-        progress.elapsed()
-    }
-}
-
-/// Counts handler calls; notes the first and the `target`-th.
-struct Progress {
-    target: u64,
-    n: AtomicU64,
-    first: OnceLock<(Instant, Duration)>,
-    last: OnceLock<(Instant, Duration)>,
-    done: tokio::sync::Notify,
-}
-
-impl Progress {
-    fn new(target: u64) -> Self {
-        Progress {
-            target,
-            n: AtomicU64::new(0),
-            first: OnceLock::new(),
-            last: OnceLock::new(),
-            done: tokio::sync::Notify::new(),
-        }
-    }
-
-    fn hit(&self) {
-        self.first
-            .get_or_init(|| (Instant::now(), support::process_cpu()));
-        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
-            let _ = self.last.set((Instant::now(), support::process_cpu()));
-            self.done.notify_one();
-        }
-    }
-
-    /// Wall and CPU time from the first record to the last.
-    fn elapsed(&self) -> (Duration, Duration) {
-        let first = self.first.get().expect("a record");
-        let last = self.last.get().expect("all records");
-        (
-            last.0.duration_since(first.0),
-            last.1.saturating_sub(first.1),
-        )
+        progress.elapsed_and_cpu()
     }
 }
 
@@ -280,41 +206,40 @@ fn main() {
     let rounds: usize = env_or("BENCH_PAIRED_ROUNDS", 15);
     let payload = 100;
 
-    let cluster = Cluster::start();
-    let topic = cluster.topic("throughput", partitions);
-    let produced_in = cluster.produce(&topic, partitions, per_partition, payload);
+    let broker = support::mock_broker();
+    let topic = support::topic(&broker, "throughput", partitions);
+    let produced_in = support::produce(
+        broker.bootstrap(),
+        &topic,
+        partitions,
+        per_partition,
+        payload,
+    );
     let total = partitions as u64 * per_partition as u64;
     println!(
         "throughput: {partitions} partitions x {per_partition} records ({payload} B payload, 8 B key) = {total} records, produced in {produced_in:.1?}; {}",
         support::machine()
     );
     let setup = Setup {
-        bootstrap: cluster.bootstrap().to_owned(),
+        bootstrap: broker.bootstrap().to_owned(),
         topic,
         partitions,
         total,
     };
     let rt = support::runtime();
 
-    let mut c = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_secs(5))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(5));
     {
-        let mut g = c.benchmark_group("throughput");
-        g.sampling_mode(SamplingMode::Flat);
+        let mut g = support::flat_group(&mut c, "throughput");
         g.throughput(Throughput::Elements(total));
         for v in Variant::ALL {
             g.bench_function(v.name(), |b| {
                 b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| {
-                            let took = rt.block_on(setup.run(v));
-                            note(v, total, took);
-                            took.0
-                        })
-                        .sum()
+                    support::runs(iters, || {
+                        let took = rt.block_on(setup.run(v));
+                        note(v, total, took);
+                        took.0
+                    })
                 })
             });
         }
@@ -350,25 +275,21 @@ fn main() {
         );
     }
     drop(rt);
-    drop(cluster);
+    drop(broker);
 }
 
 fn summarize(title: &str, total: u64) {
     let samples = SAMPLES.lock().unwrap();
-    let rates = |v: Variant| -> Vec<f64> {
+    // One column of the samples of `v`: 0 = records/s, 1 = cores.
+    let column = |v: Variant, i: usize| -> Vec<f64> {
         samples
             .iter()
             .filter(|(w, _, _)| *w == v)
-            .map(|&(_, r, _)| r)
+            .map(|&(_, r, c)| [r, c][i])
             .collect()
     };
-    let cores = |v: Variant| -> Vec<f64> {
-        samples
-            .iter()
-            .filter(|(w, _, _)| *w == v)
-            .map(|&(_, _, c)| c)
-            .collect()
-    };
+    let rates = |v| column(v, 0);
+    let cores = |v| column(v, 1);
     let raw = median(&rates(Variant::Raw));
     println!("\nthroughput summary, {title}: {total} records per run");
     println!(

@@ -40,6 +40,11 @@
 //! poison record is stuck again after a restart. The snapshot names the
 //! partition and the reason, so the probe's body is worth logging.
 
+#[path = "support/cli.rs"]
+mod cli;
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
+
 use std::error::Error;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -54,8 +59,10 @@ use fresh_consumer::{
     Record, RetryPolicy,
 };
 use rdkafka::ClientConfig;
-use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio_util::sync::CancellationToken;
+
+use mock_broker::MockBroker;
 
 #[derive(Debug)]
 struct Args {
@@ -118,13 +125,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("health_probe: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("health_probe", parse_args);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -134,37 +135,22 @@ async fn main() -> ExitCode {
         .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("health_probe: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("health_probe", e.as_ref()),
     }
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let stop = CancellationToken::new();
-    // The broker: the one named, or a mock cluster in this process with a
-    // producer feeding it.
-    let mut _mock_owner: Option<BaseProducer> = None;
+    // The broker: the one named, or a mock cluster in this process (kept
+    // running until `run` returns) with a producer feeding it.
+    let mut _mock: Option<MockBroker> = None;
     let bootstrap = match &args.bootstrap {
         Some(b) => b.clone(),
         None => {
-            let owner: BaseProducer = ClientConfig::new()
-                .set("test.mock.num.brokers", "1")
-                .create()?;
-            let mock = owner
-                .client()
-                .mock_cluster()
-                .ok_or("the mock cluster did not start")?;
-            let bootstrap = mock.bootstrap_servers();
-            // SAFETY: `owner` owns the mock cluster and outlives this call.
-            unsafe {
-                let c = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-                rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(c, 0);
-            }
-            mock.create_topic(&args.topic, 3, 1)?;
-            drop(mock);
-            _mock_owner = Some(owner);
+            let broker = MockBroker::start()?;
+            broker.create_topic(&args.topic, 3)?;
+            let bootstrap = broker.bootstrap().to_owned();
+            _mock = Some(broker);
             tokio::spawn(feed(bootstrap.clone(), args.topic.clone(), stop.clone()));
             println!("mock Kafka broker: {bootstrap}, topic {:?}", args.topic);
             bootstrap
@@ -228,7 +214,7 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 }
             };
             tokio::select! {
-                () = shutdown_signal() => println!("signal received; stopping"),
+                () = cli::shutdown_signal() => println!("signal received; stopping"),
                 () = timer => println!("--exit-after reached; stopping"),
             }
             stop.cancel();
@@ -301,26 +287,4 @@ async fn feed(bootstrap: String, topic: String, stop: CancellationToken) {
         }
     }
     let _ = producer.flush(Duration::from_secs(1));
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
 }

@@ -31,10 +31,11 @@
 //!   inline, then the age in milliseconds recorded into an OpenTelemetry
 //!   histogram with `topic` and `partition` attributes built per record.
 //!
-//! Every mode sets the same librdkafka properties as the benches
-//! (`benches/support/mod.rs`, `CONSUMER_PROPS`): `fetch.queue.backoff.ms=10`,
-//! `fetch.wait.max.ms=10` (the mock broker holds an empty fetch this long),
-//! `session.timeout.ms=6000`, plus `auto.offset.reset=earliest`.
+//! Every mode sets the same librdkafka properties as the benches, from the
+//! benches' own support module (`benches/support/mod.rs`, `CONSUMER_PROPS`):
+//! `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10` (the mock broker holds
+//! an empty fetch this long), `session.timeout.ms=6000`, plus
+//! `auto.offset.reset=earliest`.
 //!
 //! Time runs from the first record received to the N-th record handled:
 //! group join and shutdown are not timed. Output (stdout, one line):
@@ -43,37 +44,29 @@
 //! {"client":"fresh-consumer","mode":"fresh","records":400000,"seconds":0.61,"records_per_s":655737,...}
 //! ```
 
+// The benches' helpers: this is their peer-comparison driver, not an
+// example to copy.
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+#[path = "support/cli.rs"]
+mod cli;
+
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::metrics::EVENT_AGE;
-use fresh_consumer::{FreshConsumer, Record};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use tokio::sync::Notify;
+use rdkafka::{Message, Offset, TopicPartitionList};
 
-/// The librdkafka properties every mode sets (the benches' `CONSUMER_PROPS`).
-const CONSUMER_PROPS: &[(&str, &str)] = &[
-    ("fetch.queue.backoff.ms", "10"),
-    ("fetch.wait.max.ms", "10"),
-    ("session.timeout.ms", "6000"),
-    ("auto.offset.reset", "earliest"),
-];
-/// The raw loops' commit interval, and the library's `commit_interval`.
-const COMMIT_EVERY: Duration = Duration::from_millis(100);
+use support::{COMMIT_EVERY, Count, Progress};
+
 /// The hand-written wrapper's histogram (`--raw-otel`).
 const WRAPPER_AGE: &str = "peer.event_age";
 
@@ -177,13 +170,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("peer_throughput: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("peer_throughput", parse_args);
     let result = match args.mode {
         Mode::Fresh => fresh(&args).await,
         Mode::Raw | Mode::RawOtel => raw(&args).await,
@@ -212,10 +199,10 @@ async fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("peer_throughput ({}): {e}", args.mode.name());
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed(
+            &format!("peer_throughput ({})", args.mode.name()),
+            e.as_ref(),
+        ),
     }
 }
 
@@ -236,74 +223,39 @@ struct Measured {
     commits: u64,
 }
 
-/// `FreshConsumer` with a no-op handler and real SDK instruments.
+/// `FreshConsumer` with a no-op handler and real SDK instruments, as the
+/// throughput bench runs it.
 async fn fresh(args: &Args) -> Result<Measured, Box<dyn Error>> {
-    let progress = Arc::new(Progress::new(args.records));
-    let handler = {
-        let p = Arc::clone(&progress);
-        // As in the benches: count at the call, return a ready future.
-        move |_record: Record| {
-            p.hit();
-            std::future::ready(Ok::<(), Infallible>(()))
-        }
-    };
-    let (provider, ages) = discarding_provider(EVENT_AGE);
-    let mut consumer = FreshConsumer::new(handler)
-        .bootstrap_servers(args.bootstrap.clone())
-        .group_id(args.group.clone())
-        .topics(args.topics.iter().cloned())
-        .commit_interval(COMMIT_EVERY)
-        .shutdown_timeout(Duration::from_secs(10))
-        .meter_provider(&provider);
-    for (k, v) in CONSUMER_PROPS {
-        consumer = consumer.set(*k, *v);
-    }
-    let p = Arc::clone(&progress);
-    let summary = tokio::time::timeout(
-        args.timeout,
-        consumer.run_until(async move { p.done.notified().await }),
+    let progress = Progress::new(args.records);
+    let (provider, exporter) = support::sdk_provider();
+    let consumer = support::fresh_consumer(
+        Count(Arc::clone(&progress)),
+        &args.bootstrap,
+        &args.topics,
+        args.group.clone(),
     )
-    .await
-    .map_err(|_| {
-        format!(
-            "deadline: {} of {} records handled",
-            progress.n.load(Ordering::Relaxed),
-            args.records
-        )
-    })??;
-    if summary.records_succeeded < args.records {
-        return Err(format!(
-            "{} of {} records handled",
-            summary.records_succeeded, args.records
-        )
-        .into());
-    }
+    .meter_provider(&provider);
+    let summary = support::run_to_target(consumer, &progress, args.timeout).await?;
     // The library flushed the provider at shutdown: the exporter saw the
     // final (cumulative) histogram.
     let _ = provider.shutdown();
-    let took = progress.elapsed().ok_or("no records timed")?;
     Ok(Measured {
-        took,
-        ages: Some(ages.load(Ordering::Relaxed)),
+        took: progress.elapsed(),
+        ages: Some(exporter.values.load(Ordering::Relaxed)),
         commits: summary.commits,
     })
 }
 
 /// A raw `StreamConsumer` loop, with or without a hand-written age histogram.
 async fn raw(args: &Args) -> Result<Measured, Box<dyn Error>> {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", &args.bootstrap)
-        .set("group.id", &args.group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false");
-    for (k, v) in CONSUMER_PROPS {
-        cfg.set(*k, *v);
-    }
-    let consumer: StreamConsumer = cfg.create()?;
+    let consumer: StreamConsumer = support::raw_config(&args.bootstrap, &args.group)
+        .set("enable.auto.offset.store", "false")
+        .create()?;
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
 
-    let provider = (args.mode == Mode::RawOtel).then(|| discarding_provider(WRAPPER_AGE));
+    let provider =
+        (args.mode == Mode::RawOtel).then(|| support::sdk_provider_counting(WRAPPER_AGE));
     let age = provider.as_ref().map(|(p, _)| {
         p.meter("peer-wrapper")
             .f64_histogram(WRAPPER_AGE)
@@ -368,12 +320,11 @@ async fn raw(args: &Args) -> Result<Measured, Box<dyn Error>> {
     let took = first.ok_or("no records")?.elapsed();
     commit(&next)?;
     // Shutting the provider down exports the final histogram once.
-    let ages = provider.map(|(p, ages)| {
+    let ages = provider.map(|(p, exporter)| {
         let _ = p.shutdown();
-        ages.load(Ordering::Relaxed)
+        exporter.values.load(Ordering::Relaxed)
     });
-    // Closing leaves the group and blocks: not on a runtime worker.
-    tokio::task::spawn_blocking(move || drop(consumer)).await?;
+    support::close(consumer).await;
     Ok(Measured {
         took,
         ages,
@@ -383,97 +334,3 @@ async fn raw(args: &Args) -> Result<Measured, Box<dyn Error>> {
 
 /// The handler a wrapper wraps: does nothing, asynchronously.
 async fn noop_handler() {}
-
-/// Counts handler calls; notes the first and the `target`-th.
-struct Progress {
-    target: u64,
-    n: AtomicU64,
-    first: OnceLock<Instant>,
-    last: Mutex<Option<Instant>>,
-    done: Notify,
-}
-
-impl Progress {
-    fn new(target: u64) -> Self {
-        Progress {
-            target,
-            n: AtomicU64::new(0),
-            first: OnceLock::new(),
-            last: Mutex::new(None),
-            done: Notify::new(),
-        }
-    }
-
-    fn hit(&self) {
-        self.first.get_or_init(Instant::now);
-        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
-            *self.last.lock().unwrap() = Some(Instant::now());
-            self.done.notify_one();
-        }
-    }
-
-    fn elapsed(&self) -> Option<Duration> {
-        let first = *self.first.get()?;
-        let last = (*self.last.lock().unwrap())?;
-        Some(last.duration_since(first))
-    }
-}
-
-/// A real SDK meter provider: a `PeriodicReader` every 60 s (so no export
-/// during a run) to an exporter that discards. The instruments aggregate
-/// every measurement. (The same shape as the benches' `sdk_provider`.)
-/// The counter holds how many values the histogram `age_metric` had
-/// aggregated at the latest export.
-fn discarding_provider(age_metric: &'static str) -> (SdkMeterProvider, Arc<AtomicU64>) {
-    let exporter = DiscardExporter {
-        age_metric,
-        ages: Arc::default(),
-    };
-    let ages = Arc::clone(&exporter.ages);
-    let reader = PeriodicReader::builder(exporter)
-        .with_interval(Duration::from_secs(60))
-        .build();
-    (
-        SdkMeterProvider::builder().with_reader(reader).build(),
-        ages,
-    )
-}
-
-/// Discards what it is given, except the number of values in one histogram
-/// (so a run can show that every record's age was recorded).
-#[derive(Debug)]
-struct DiscardExporter {
-    age_metric: &'static str,
-    ages: Arc<AtomicU64>,
-}
-
-impl PushMetricExporter for DiscardExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let count: u64 = metrics
-            .scope_metrics()
-            .flat_map(|s| s.metrics())
-            .filter(|m| m.name() == self.age_metric)
-            .filter_map(|m| match m.data() {
-                AggregatedMetrics::F64(MetricData::Histogram(h)) => {
-                    Some(h.data_points().map(|p| p.count()).sum::<u64>())
-                }
-                _ => None,
-            })
-            .sum();
-        // Cumulative temporality: the latest export holds everything.
-        self.ages.store(count, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}

@@ -32,6 +32,15 @@
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set, the same provider also
 //! exports over OTLP, configured by the standard `OTEL_*` variables through
 //! `fresh_consumer::otlp`.
+//!
+//! The mock broker comes from `examples/support/mock_broker.rs` (shared with
+//! the other examples and the benches). Against a real cluster, pass its
+//! bootstrap servers instead and drop the `fetch.wait.max.ms` setting.
+
+#[path = "support/cli.rs"]
+mod cli;
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
 
 use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
@@ -50,8 +59,10 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Notify;
+
+use mock_broker::MockBroker;
 
 const TOPIC: &str = "quickstart";
 const PARTITIONS: i32 = 3;
@@ -117,31 +128,11 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("quickstart: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("quickstart", parse_args);
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("quickstart: {}", chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("quickstart", e.as_ref()),
     }
-}
-
-/// An error and its sources, `outer: inner: innermost`.
-fn chain(e: &dyn Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    message
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
@@ -153,27 +144,12 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    // 1. The broker: a client configured with `test.mock.num.brokers` starts
-    //    librdkafka's mock cluster in-process. It speaks the Kafka protocol on
-    //    a loopback port, so any Kafka client can connect to it.
-    let owner: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "1")
-        .create()?;
-    let mock = owner
-        .client()
-        .mock_cluster()
-        .ok_or("the mock cluster did not start")?;
-    let bootstrap = mock.bootstrap_servers();
-    // SAFETY: `owner` owns the mock cluster and outlives this call; the
-    // pointer is only used here.
-    unsafe {
-        let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-        // A real broker's default `group.initial.rebalance.delay.ms` (3 s) would
-        // delay the first join; the demo should not wait for it.
-        rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
-    }
-    mock.create_topic(TOPIC, PARTITIONS, 1)?;
-    drop(mock);
+    // 1. The broker: librdkafka's mock cluster, in this process. It speaks
+    //    the Kafka protocol on a loopback port, so any Kafka client can
+    //    connect to it. It runs until `broker` is dropped.
+    let broker = MockBroker::start()?;
+    broker.create_topic(TOPIC, PARTITIONS)?;
+    let bootstrap = broker.bootstrap().to_owned();
 
     // 2. Metrics: one provider, one in-process reader for the table printed at
     //    the end, plus an OTLP exporter when an endpoint is configured.
@@ -270,9 +246,9 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     print_report(&state, &summary, &ages, &end_offsets, elapsed);
 
     if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
-        eprintln!("metrics: {}", chain(&e));
+        eprintln!("metrics: {}", cli::chain(&e));
     }
-    drop(owner);
+    drop(broker);
 
     // The demo doubles as a smoke test: everything produced must have been
     // handled, and every partition committed up to its log end.
@@ -377,31 +353,9 @@ async fn stop_signal(state: Arc<State>, demo: bool) {
     };
     tokio::select! {
         () = done => println!("all {} records handled; stopping", state.target.unwrap_or(0)),
-        () = ctrl_c_or_sigterm() => println!("signal received; stopping"),
+        () = cli::shutdown_signal() => println!("signal received; stopping"),
         () = state.abort.notified() => eprintln!("aborted; stopping"),
         () = deadline => {}
-    }
-}
-
-async fn ctrl_c_or_sigterm() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -31,7 +31,11 @@
 //! The consumer that handles the source topic must be fixed first: a record
 //! that still fails is simply dead-lettered again (with a new offset).
 
-use std::error::Error;
+#[path = "support/cli.rs"]
+mod cli;
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
+
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,9 +47,11 @@ use fresh_consumer::{
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use mock_broker::MockBroker;
 
 /// Each blocking Kafka call gives up after this long.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -154,13 +160,7 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = cli::args_or_exit("redrive", parse_args);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -187,22 +187,8 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("redrive failed: {}", chain(&*e));
-            ExitCode::FAILURE
-        }
+        Err(e) => cli::failed("redrive failed", &*e),
     }
-}
-
-fn chain(e: &(dyn Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
 }
 
 // ---------------------------------------------------------------------------
@@ -480,24 +466,12 @@ fn amount(record: &Record, comma_decimals: bool) -> Result<f64, BoxError> {
 /// Starts the mock broker, gets a record dead-lettered by version 1 of a
 /// handler, redrives it, and lets version 2 (fixed) handle it.
 async fn demo() -> Result<(), BoxError> {
-    // 1. A mock Kafka cluster inside this process (librdkafka's mock broker).
-    let owner: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "1")
-        .create()?;
-    let mock = owner
-        .client()
-        .mock_cluster()
-        .ok_or("the mock cluster did not start")?;
-    let bootstrap = mock.bootstrap_servers();
-    // SAFETY: `owner` owns the mock cluster and outlives this call. The first
-    // group join otherwise waits group.initial.rebalance.delay.ms (3 s).
-    unsafe {
-        let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-        rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
-    }
-    mock.create_topic(DEMO_TOPIC, DEMO_PARTITIONS, 1)?;
-    mock.create_topic(DEMO_DLQ, 1, 1)?;
-    drop(mock);
+    // 1. A mock Kafka cluster inside this process (librdkafka's mock broker),
+    //    running until `broker` is dropped at the end of the demo.
+    let broker = MockBroker::start()?;
+    broker.create_topic(DEMO_TOPIC, DEMO_PARTITIONS)?;
+    broker.create_topic(DEMO_DLQ, 1)?;
+    let bootstrap = broker.bootstrap().to_owned();
     println!(
         "mock Kafka broker at {bootstrap}: topics {DEMO_TOPIC:?} ({DEMO_PARTITIONS} partitions), {DEMO_DLQ:?} (1 partition)"
     );

@@ -1,21 +1,37 @@
-//! Shared by the benches: the in-process mock cluster, bulk production, the
-//! consumer settings every bench uses, and small statistics helpers.
+//! Shared by the benches and by the peer-comparison driver
+//! `examples/peer_throughput.rs`: the in-process mock broker and bulk
+//! production, the consumer settings every bench uses and consumers built
+//! with them, progress counting, criterion's setup, and small statistics and
+//! `/proc` helpers.
 //!
 //! Not a bench itself (Cargo only discovers `benches/*.rs`).
 #![allow(dead_code)]
 
-use std::sync::Arc;
+#[path = "../../examples/support/mock_broker.rs"]
+mod mock_broker;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::iter::Sum;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use criterion::measurement::Measurement;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode};
+use fresh_consumer::metrics::EVENT_AGE;
+use fresh_consumer::{FreshConsumer, Handler, Record, RunSummary};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tokio::sync::Notify;
+
+pub use mock_broker::MockBroker;
 
 /// librdkafka properties set on every bench consumer (the library's and the
 /// raw baselines alike):
@@ -30,115 +46,359 @@ pub const CONSUMER_PROPS: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
 ];
 
-/// A mock cluster owned by this process (librdkafka's in-process broker,
-/// started by a client with `test.mock.num.brokers`). `!Send`: keep it on
-/// the bench's main thread.
-pub struct Cluster {
-    owner: BaseProducer,
-    bootstrap: String,
+/// The raw baselines' commit interval, and the library's `commit_interval`.
+pub const COMMIT_EVERY: Duration = Duration::from_millis(100);
+
+// ------------------------------------------------------ broker and data --
+
+/// Starts the in-process mock broker (`examples/support/mock_broker.rs`).
+/// Keep it in the bench's `main` until every consumer is done.
+pub fn mock_broker() -> MockBroker {
+    MockBroker::start().expect("mock broker")
 }
 
-impl Cluster {
-    pub fn start() -> Self {
-        let owner: BaseProducer = ClientConfig::new()
-            .set("test.mock.num.brokers", "1")
-            .create()
-            .expect("mock cluster");
-        let bootstrap = owner
-            .client()
-            .mock_cluster()
-            .expect("mock cluster handle")
-            .bootstrap_servers();
-        // SAFETY: the pointer is the live mock cluster of `owner`, which this
-        // struct keeps alive.
-        unsafe {
-            let ptr = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-            // The first join otherwise waits group.initial.rebalance.delay.ms = 3 s.
-            rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(ptr, 0);
-        }
-        Cluster { owner, bootstrap }
-    }
+/// Creates a topic with a unique name on `broker` and returns the name.
+pub fn topic(broker: &MockBroker, prefix: &str, partitions: i32) -> String {
+    let name = unique(prefix);
+    broker
+        .create_topic(&name, partitions)
+        .expect("create topic");
+    name
+}
 
-    pub fn bootstrap(&self) -> &str {
-        &self.bootstrap
-    }
+/// Produces `per_partition` records to each partition, with an 8-byte key
+/// (`k0000000`, `k0000001`, ...) and a `payload_bytes` payload, timestamped
+/// now (CreateTime). See [`produce_keyed`]; returns how long producing took.
+pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+    payload_bytes: usize,
+) -> Duration {
+    produce_keyed(
+        bootstrap,
+        topic,
+        partitions,
+        per_partition,
+        payload_bytes,
+        |i| format!("k{:07}", i % 10_000_000),
+    )
+}
 
-    /// Creates a topic with a unique name and returns it.
-    pub fn topic(&self, prefix: &str, partitions: i32) -> String {
-        let name = unique(prefix);
-        self.owner
-            .client()
-            .mock_cluster()
-            .expect("mock cluster handle")
-            .create_topic(&name, partitions, 1)
-            .expect("create topic");
-        name
-    }
-
-    /// Produces `per_partition` records to each partition, with an 8-byte
-    /// key and a `payload_bytes` payload, timestamped now (CreateTime).
-    /// Checks that every record was acknowledged and that the mock kept all
-    /// of them (its retention is 5 MiB per partition: a dropped head moves
-    /// the low watermark). Returns how long producing took.
-    pub fn produce(
-        &self,
-        topic: &str,
-        partitions: i32,
-        per_partition: usize,
-        payload_bytes: usize,
-    ) -> Duration {
-        let started = Instant::now();
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("linger.ms", "20")
-            .set("batch.num.messages", "10000")
-            .set("batch.size", "1000000")
-            .set("queue.buffering.max.messages", "1000000")
-            .set("queue.buffering.max.kbytes", "1048576")
-            .create()
-            .expect("producer");
-        let payload = vec![b'x'; payload_bytes];
-        for i in 0..per_partition {
-            let key = format!("k{:07}", i % 10_000_000);
-            for p in 0..partitions {
-                let mut record = BaseRecord::to(topic)
-                    .partition(p)
-                    .key(&key)
-                    .payload(&payload);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                            record = r;
-                            producer.poll(Duration::from_millis(5));
-                        }
-                        Err((e, _)) => panic!("produce: {e}"),
+/// Produces `per_partition` records to each partition, the `i`-th of each
+/// with key `key(i)` and a `payload_bytes` payload, timestamped now
+/// (CreateTime). Checks that every record was acknowledged and that the mock
+/// kept all of them (its retention is 5 MiB per partition: a dropped head
+/// moves the low watermark). Returns how long producing took.
+pub fn produce_keyed(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+    payload_bytes: usize,
+    mut key: impl FnMut(usize) -> String,
+) -> Duration {
+    let started = Instant::now();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()
+        .expect("producer");
+    let payload = vec![b'x'; payload_bytes];
+    for i in 0..per_partition {
+        let key = key(i);
+        for p in 0..partitions {
+            let mut record = BaseRecord::to(topic)
+                .partition(p)
+                .key(&key)
+                .payload(&payload);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        producer.poll(Duration::from_millis(5));
                     }
+                    Err((e, _)) => panic!("produce: {e}"),
                 }
             }
-            if i % 1_000 == 0 {
-                producer.poll(Duration::ZERO);
-            }
         }
-        producer.flush(Duration::from_secs(120)).expect("flush");
-        let took = started.elapsed();
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .create()
-            .expect("watermark reader");
-        for p in 0..partitions {
-            let (lo, hi) = reader
-                .fetch_watermarks(topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            assert_eq!(
-                (lo, hi),
-                (0, per_partition as i64),
-                "partition {p}: the mock dropped records (5 MiB per partition) or some were not acknowledged"
-            );
+        if i % 1_000 == 0 {
+            producer.poll(Duration::ZERO);
         }
-        took
+    }
+    producer.flush(Duration::from_secs(120)).expect("flush");
+    let took = started.elapsed();
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("watermark reader");
+    for p in 0..partitions {
+        let (lo, hi) = reader
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        assert_eq!(
+            (lo, hi),
+            (0, per_partition as i64),
+            "partition {p}: the mock dropped records (5 MiB per partition) or some were not acknowledged"
+        );
+    }
+    took
+}
+
+// ------------------------------------------------------------ consumers --
+
+/// A `FreshConsumer` as every bench runs one: [`CONSUMER_PROPS`], commits
+/// every [`COMMIT_EVERY`], shutdown within 10 s. Give it a new `group` (see
+/// [`unique`]) to read the topics from the start. Callers add the meter and
+/// their own options.
+pub fn fresh_consumer<H, I, S>(
+    handler: H,
+    bootstrap: &str,
+    topics: I,
+    group: impl Into<String>,
+) -> FreshConsumer<H>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut c = FreshConsumer::new(handler)
+        .bootstrap_servers(bootstrap)
+        .group_id(group)
+        .topics(topics)
+        .commit_interval(COMMIT_EVERY)
+        .shutdown_timeout(Duration::from_secs(10));
+    for (k, v) in CONSUMER_PROPS {
+        c = c.set(*k, *v);
+    }
+    c
+}
+
+/// Runs `consumer` until `progress` reached its target, within `deadline`.
+/// Fails on the deadline, on a run error, or when fewer records succeeded.
+pub async fn run_to_target<H: Handler>(
+    consumer: FreshConsumer<H>,
+    progress: &Arc<Progress>,
+    deadline: Duration,
+) -> Result<RunSummary, String> {
+    let p = Arc::clone(progress);
+    let target = progress.target;
+    let summary = tokio::time::timeout(
+        deadline,
+        consumer.run_until(async move { p.all_done().await }),
+    )
+    .await
+    .map_err(|_| format!("deadline: {} of {target} records handled", progress.count()))?
+    .map_err(|e| format!("run: {e}"))?;
+    if summary.records_succeeded < target {
+        return Err(format!(
+            "{} of {target} records handled",
+            summary.records_succeeded
+        ));
+    }
+    Ok(summary)
+}
+
+/// [`run_to_target`] with all metrics on: a [`sdk_provider`] of the run's
+/// own, shut down after it. Panics when the run fails.
+pub async fn run_metrics_on<H: Handler>(
+    consumer: FreshConsumer<H>,
+    progress: &Arc<Progress>,
+    deadline: Duration,
+) -> RunSummary {
+    let (provider, _exporter) = sdk_provider();
+    let summary = run_to_target(consumer.meter_provider(&provider), progress, deadline)
+        .await
+        .expect("fresh consumer");
+    let _ = provider.shutdown();
+    summary
+}
+
+/// The configuration of a raw rdkafka consumer as the baselines use it:
+/// [`CONSUMER_PROPS`], group `group`, no auto commit, a new group reading
+/// from the start.
+pub fn raw_config(bootstrap: &str, group: &str) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in CONSUMER_PROPS {
+        cfg.set(*k, *v);
+    }
+    cfg
+}
+
+/// Drops a raw consumer off the runtime's workers: closing leaves the group
+/// and blocks.
+pub async fn close<C: Send + 'static>(consumer: C) {
+    tokio::task::spawn_blocking(move || drop(consumer))
+        .await
+        .expect("close");
+}
+
+// ------------------------------------------------------------- progress --
+
+/// Counts handled records towards a target, and notes when the first one
+/// started and the target-th finished: what a bench times, so that group
+/// join and shutdown are not in it. With [`Progress::with_cpu`] it also
+/// notes the process's CPU time at both points.
+pub struct Progress {
+    target: u64,
+    cpu: bool,
+    n: AtomicU64,
+    first: OnceLock<(Instant, Duration)>,
+    last: OnceLock<(Instant, Duration)>,
+    done: Notify,
+}
+
+impl Progress {
+    pub fn new(target: u64) -> Arc<Self> {
+        Self::build(target, false)
+    }
+
+    /// Also notes [`process_cpu`] with the first and the last record.
+    pub fn with_cpu(target: u64) -> Arc<Self> {
+        Self::build(target, true)
+    }
+
+    fn build(target: u64, cpu: bool) -> Arc<Self> {
+        Arc::new(Progress {
+            target,
+            cpu,
+            n: AtomicU64::new(0),
+            first: OnceLock::new(),
+            last: OnceLock::new(),
+            done: Notify::new(),
+        })
+    }
+
+    fn now(&self) -> (Instant, Duration) {
+        let cpu = if self.cpu {
+            process_cpu()
+        } else {
+            Duration::ZERO
+        };
+        (Instant::now(), cpu)
+    }
+
+    /// A record's handling started (only the first call counts).
+    pub fn started(&self) {
+        self.first.get_or_init(|| self.now());
+    }
+
+    /// A record was handled.
+    pub fn finished(&self) {
+        if self.n.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            let _ = self.last.set(self.now());
+            self.done.notify_one();
+        }
+    }
+
+    /// A record was handled, in no time: [`started`](Self::started) and
+    /// [`finished`](Self::finished) at once.
+    pub fn hit(&self) {
+        self.started();
+        self.finished();
+    }
+
+    /// Records handled so far.
+    pub fn count(&self) -> u64 {
+        self.n.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the target was reached.
+    pub async fn all_done(&self) {
+        self.done.notified().await;
+    }
+
+    /// Wall time from the first record's start to the target-th's finish.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed_and_cpu().0
+    }
+
+    /// Wall time and process CPU time (zero without
+    /// [`with_cpu`](Self::with_cpu)) over the same span as
+    /// [`elapsed`](Self::elapsed).
+    pub fn elapsed_and_cpu(&self) -> (Duration, Duration) {
+        let first = self.first.get().expect("a record");
+        let last = self.last.get().expect("all records");
+        (
+            last.0.duration_since(first.0),
+            last.1.saturating_sub(first.1),
+        )
     }
 }
+
+/// A handler that only counts (a no-op returning a ready future), so that
+/// a run measures the consumer and not the handler.
+pub struct Count(pub Arc<Progress>);
+
+impl Handler for Count {
+    type Error = Infallible;
+
+    fn handle(&self, _record: Record) -> impl Future<Output = Result<(), Infallible>> + Send {
+        self.0.hit();
+        std::future::ready(Ok(()))
+    }
+}
+
+/// A handler that awaits `work()` for each record, between
+/// [`Progress::started`] and [`Progress::finished`].
+pub struct Timed<W> {
+    pub progress: Arc<Progress>,
+    pub work: W,
+}
+
+impl<W, F> Handler for Timed<W>
+where
+    W: Fn() -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send,
+{
+    type Error = Infallible;
+
+    async fn handle(&self, _record: Record) -> Result<(), Infallible> {
+        self.progress.started();
+        (self.work)().await;
+        self.progress.finished();
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------ criterion --
+
+/// Criterion for benches whose every iteration is a whole consumer run:
+/// 10 samples, next to no warm-up, `measurement_time` per case.
+pub fn criterion(measurement_time: Duration) -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(measurement_time)
+        .configure_from_args()
+}
+
+/// A benchmark group with flat sampling (each iteration is a whole run).
+pub fn flat_group<'c, M: Measurement>(
+    c: &'c mut Criterion<M>,
+    name: &str,
+) -> BenchmarkGroup<'c, M> {
+    let mut g = c.benchmark_group(name);
+    g.sampling_mode(SamplingMode::Flat);
+    g
+}
+
+/// For criterion's `iter_custom`: calls `run` `iters` times and adds up what
+/// it measured.
+pub fn runs<T: Sum>(iters: u64, mut run: impl FnMut() -> T) -> T {
+    (0..iters).map(|_| run()).sum()
+}
+
+// ---------------------------------------------------------------- misc --
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -254,18 +514,39 @@ pub fn machine() -> String {
     format!("{cores} cores, {cpu}")
 }
 
-/// A metrics exporter that discards what it is given and counts exports:
-/// with a `PeriodicReader` it makes the SDK's instruments real (aggregating
-/// every measurement) without any I/O. (`ManualReader` and the in-memory
-/// exporter need SDK features this crate does not enable.)
-#[derive(Clone, Debug, Default)]
+// -------------------------------------------------------------- metrics --
+
+/// A metrics exporter that discards what it is given, counting the exports
+/// and the values of one histogram: with a `PeriodicReader` it makes the
+/// SDK's instruments real (aggregating every measurement) without any I/O.
+/// (`ManualReader` and the in-memory exporter need SDK features this crate
+/// does not enable.)
+#[derive(Clone, Debug)]
 pub struct DiscardExporter {
+    /// Exports so far.
     pub exports: Arc<AtomicU64>,
+    /// The histogram [`values`](Self::values) counts.
+    histogram: &'static str,
+    /// How many values that histogram held at the latest export (with
+    /// cumulative temporality: every value recorded).
+    pub values: Arc<AtomicU64>,
 }
 
 impl PushMetricExporter for DiscardExporter {
-    async fn export(&self, _metrics: &ResourceMetrics) -> OTelSdkResult {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         self.exports.fetch_add(1, Ordering::Relaxed);
+        let values: u64 = metrics
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .filter(|m| m.name() == self.histogram)
+            .filter_map(|m| match m.data() {
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                    Some(h.data_points().map(|p| p.count()).sum::<u64>())
+                }
+                _ => None,
+            })
+            .sum();
+        self.values.store(values, Ordering::Relaxed);
         Ok(())
     }
 
@@ -284,9 +565,19 @@ impl PushMetricExporter for DiscardExporter {
 
 /// An SDK meter provider whose instruments aggregate for real, exported
 /// every 60 s (so never during a bench run; the library's flush at shutdown
-/// exports once) to a [`DiscardExporter`].
+/// exports once) to a [`DiscardExporter`] counting the library's
+/// `fresh_consumer.event.age` values.
 pub fn sdk_provider() -> (SdkMeterProvider, DiscardExporter) {
-    let exporter = DiscardExporter::default();
+    sdk_provider_counting(EVENT_AGE)
+}
+
+/// [`sdk_provider`], with the exporter counting the values of `histogram`.
+pub fn sdk_provider_counting(histogram: &'static str) -> (SdkMeterProvider, DiscardExporter) {
+    let exporter = DiscardExporter {
+        exports: Arc::default(),
+        histogram,
+        values: Arc::default(),
+    };
     let reader = PeriodicReader::builder(exporter.clone())
         .with_interval(Duration::from_secs(60))
         .build();

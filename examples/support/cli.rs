@@ -1,0 +1,62 @@
+//! Process plumbing shared by the examples, none of it about Kafka: a bad
+//! command line, a failed run, and the signals that stop a service.
+//!
+//! Each example includes it with `#[path = "support/cli.rs"] mod cli;`
+//! (see `mock_broker.rs` next to it for why this folder is not an example).
+
+// Each example uses part of this module.
+#![allow(dead_code)]
+
+use std::error::Error;
+use std::process::ExitCode;
+
+/// The command line parsed by `parse`, or, when it fails, its message on
+/// stderr as `program: message` and exit status 2 (bad usage).
+pub fn args_or_exit<A>(program: &str, parse: impl FnOnce() -> Result<A, String>) -> A {
+    parse().unwrap_or_else(|message| {
+        eprintln!("{program}: {message}");
+        std::process::exit(2)
+    })
+}
+
+/// Prints a run's error with its causes on stderr, as
+/// `program: outer: inner: innermost`, and returns exit status 1.
+pub fn failed(program: &str, error: &dyn Error) -> ExitCode {
+    eprintln!("{program}: {}", chain(error));
+    ExitCode::FAILURE
+}
+
+/// An error and its sources, `outer: inner: innermost`.
+pub fn chain(error: &dyn Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}
+
+/// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM (what Kubernetes and
+/// systemd send to stop a service).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
