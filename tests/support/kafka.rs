@@ -4,11 +4,13 @@
 //! [`TestCluster::mock`] and skip when it returns `None`.
 #![allow(dead_code)]
 
-use std::future::Future;
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::{FreshConsumer, Handler};
+use fresh_consumer::{FreshConsumer, Handler, TopicPartition};
+
+use super::wait::wait_for;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -47,6 +49,13 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+pub fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.to_owned(),
+        partition,
+    }
 }
 
 impl TestCluster {
@@ -115,23 +124,28 @@ impl TestCluster {
     /// Creates a topic with a unique name and returns the name.
     pub async fn topic(&self, prefix: &str, partitions: i32) -> String {
         let name = unique(prefix);
-        if let Some(m) = self.mock() {
-            m.create_topic(&name, partitions, 1).expect("create topic");
-        } else {
-            let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-                .set("bootstrap.servers", &self.bootstrap)
-                .create()
-                .expect("admin client");
-            let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
-            let r = admin
-                .create_topics([&t], &AdminOptions::new())
-                .await
-                .expect("create topic");
-            for r in r {
-                r.expect("topic created");
-            }
-        }
+        self.create_topic(&name, partitions).await;
         name
+    }
+
+    /// Creates a topic with exactly this name.
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        if let Some(m) = self.mock() {
+            m.create_topic(name, partitions, 1).expect("create topic");
+            return;
+        }
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let r = admin
+            .create_topics([&t], &AdminOptions::new())
+            .await
+            .expect("create topic");
+        for r in r {
+            r.expect("topic created");
+        }
     }
 
     pub fn producer(&self) -> &FutureProducer {
@@ -147,19 +161,8 @@ impl TestCluster {
         payload: &str,
         timestamp_ms: Option<i64>,
     ) -> i64 {
-        let mut r = FutureRecord::to(topic)
-            .partition(partition)
-            .key(key)
-            .payload(payload);
-        if let Some(ts) = timestamp_ms {
-            r = r.timestamp(ts);
-        }
-        self.producer
-            .send(r, Duration::from_secs(10))
+        self.produce_with_headers(topic, partition, key, payload, timestamp_ms, &[])
             .await
-            .map_err(|(e, _)| e)
-            .expect("produce")
-            .offset
     }
 
     /// Produces `per_partition` records to each of `partitions` partitions
@@ -225,6 +228,33 @@ impl TestCluster {
         .expect("offset reader task")
     }
 
+    /// Waits until the group's committed offsets for partitions
+    /// `0..want.len()` equal `want`; at the deadline, panics with what was
+    /// committed and what `handled` shows then.
+    pub async fn wait_committed(
+        &self,
+        group: &str,
+        topic: &str,
+        want: &[i64],
+        timeout: Duration,
+        handled: &impl Debug,
+    ) {
+        let what = format!("committed offsets {want:?}");
+        let n = want.len() as i32;
+        wait_for(
+            timeout,
+            &what,
+            || async {
+                (
+                    self.committed(group, topic, n).await,
+                    format!("{handled:?}"),
+                )
+            },
+            |(got, _)| got == want,
+        )
+        .await;
+    }
+
     /// High watermarks of partitions `0..partitions`.
     pub async fn high_watermarks(&self, topic: &str, partitions: i32) -> Vec<i64> {
         let bootstrap = self.bootstrap.clone();
@@ -261,35 +291,6 @@ impl TestCluster {
             .revoke_timeout(Duration::from_secs(2))
             .shutdown_timeout(Duration::from_secs(10))
     }
-}
-
-/// Waits until `cond` holds, checking every 10 ms, or panics at the deadline.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Installs a test log subscriber once (RUST_LOG controls it).
-pub fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
 }
 
 /// Reads a group's committed offsets again and again through one client:
@@ -391,18 +392,20 @@ impl TestCluster {
         headers: &[(&str, Option<&[u8]>)],
     ) -> i64 {
         use rdkafka::message::{Header, OwnedHeaders};
-        let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-        for (name, value) in headers {
-            owned = owned.insert(Header {
-                key: name,
-                value: *value,
-            });
-        }
         let mut r = FutureRecord::to(topic)
             .partition(partition)
             .key(key)
-            .payload(payload)
-            .headers(owned);
+            .payload(payload);
+        if !headers.is_empty() {
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in headers {
+                owned = owned.insert(Header {
+                    key: name,
+                    value: *value,
+                });
+            }
+            r = r.headers(owned);
+        }
         if let Some(ts) = timestamp_ms {
             r = r.timestamp(ts);
         }
