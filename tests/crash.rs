@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::{FreshConsumer, Record};
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::wait::wait_until;
 
 const CHILD_BOOTSTRAP: &str = "FRESH_CHILD_BOOTSTRAP";
 const CHILD_TOPIC: &str = "FRESH_CHILD_TOPIC";
@@ -50,7 +52,7 @@ fn child_consumer() {
     let session_ms: u64 = var(CHILD_SESSION_MS)
         .parse()
         .expect("session timeout in ms");
-    init_logs();
+    logs::init();
 
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -237,7 +239,7 @@ impl Drop for ChildProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_stream_and_restarted() {
-    init_logs();
+    logs::init();
     let began = Instant::now();
     let cluster = TestCluster::start();
     let topic = cluster.topic("crash", PARTITIONS).await;

@@ -22,8 +22,10 @@ use fresh_consumer::{
     TopicPartition,
 };
 use rdkafka::producer::FutureRecord;
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
-use tokio_util::sync::CancellationToken;
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::run::start;
+use support::wait::wait_until;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -223,7 +225,7 @@ async fn wait_committed(cluster: &TestCluster, group: &str, topic: &str, want: i
 /// and up to 4 (never more) run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-order", 1).await;
     let group = unique("g-key-order");
@@ -235,20 +237,17 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 4 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 4 }),
     );
     wait_until(WAIT, "100 records handled", || async {
         probe.succeeded() == 100
     })
     .await;
     wait_committed(&cluster, &group, &topic, 100).await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(100);
@@ -267,7 +266,7 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
 /// finishes, then jumps to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commit_never_passes_an_unfinished_earlier_offset() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-commit", 1).await;
     let group = unique("g-key-commit");
@@ -316,12 +315,10 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
             before_release
         })
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 8 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 8 }),
     );
     wait_until(WAIT, "the 29 other records handled", || async {
         probe.succeeded() == 29
@@ -343,8 +340,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
     wait_committed(&cluster, &group, &topic, 30).await;
     sampling.store(false, Ordering::SeqCst);
     let samples = sampler.join().expect("sampler");
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     eprintln!(
         "{} samples before the release, max {:?}",
@@ -372,7 +368,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
 /// and the commit reaches the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-fail", 1).await;
     let group = unique("g-key-fail");
@@ -426,8 +422,7 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
             })
         })
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    let run = start(consumer);
 
     wait_until(WAIT, "offset 2 blocked after its attempts", || async {
         probe.attempts(2) >= 4 && blocked_since().is_some()
@@ -473,8 +468,7 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
         blocked_since().is_none()
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(40);
@@ -487,7 +481,7 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
 /// committed prefix, however many keys are idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn look_ahead_past_an_unfinished_record_is_bounded() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-window", 1).await;
     let group = unique("g-key-window");
@@ -508,13 +502,11 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
             }
         })
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(10)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 4 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 4 }),
     );
     // Offset 0 and the 9 records after it fill the window of 10.
     wait_until(WAIT, "9 records past offset 0 handled", || async {
@@ -529,8 +521,7 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
     .await;
     gate.add_permits(1);
     wait_committed(&cluster, &group, &topic, 60).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     probe.assert_exactly_once(60);
     probe.assert_key_order(&keys);
 }
@@ -539,7 +530,7 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
 /// concurrently with keyed records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_key_records_form_one_sequential_lane() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-null", 1).await;
     let group = unique("g-key-null");
@@ -551,16 +542,13 @@ async fn null_key_records_form_one_sequential_lane() {
         tokio::time::sleep(Duration::from_millis(10)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 8 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 8 }),
     );
     wait_committed(&cluster, &group, &topic, 40).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(40);
@@ -579,7 +567,7 @@ async fn null_key_records_form_one_sequential_lane() {
 /// watermark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_and_restart_lose_nothing() {
-    init_logs();
+    logs::init();
     const N: i64 = 2_000;
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-restart", 1).await;
@@ -595,19 +583,16 @@ async fn shutdown_and_restart_lose_nothing() {
 
     // 1. Stopped after 500 records.
     let first = Arc::new(Probe::default());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, probed(&first, work))
-            .processing_order(order)
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(order),
     );
     wait_until(WAIT, "500 records handled", || async {
         first.succeeded() >= 500
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
     assert!(!summary.shutdown_timed_out);
     assert_eq!(
         first.0.lock().unwrap().running,
@@ -636,16 +621,13 @@ async fn shutdown_and_restart_lose_nothing() {
 
     // 2. Restarted: continues from the commit.
     let second = Arc::new(Probe::default());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, probed(&second, work))
-            .processing_order(order)
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(order),
     );
     wait_committed(&cluster, &group, &topic, N).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     assert_eq!(cluster.high_watermarks(&topic, 1).await, vec![N]);
     let s = second.0.lock().unwrap();
     assert_eq!(s.same_key_overlaps, 0);
@@ -675,7 +657,7 @@ async fn shutdown_and_restart_lose_nothing() {
 /// order), a 1 ms handler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_with_a_thousand_keys() {
-    init_logs();
+    logs::init();
     const N: usize = 5_000;
     let cluster = TestCluster::start();
     let topic = cluster.topic("key-hot", 1).await;
@@ -688,16 +670,13 @@ async fn a_hot_partition_with_a_thousand_keys() {
         tokio::time::sleep(Duration::from_millis(1)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 64 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 64 }),
     );
     wait_committed(&cluster, &group, &topic, N as i64).await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(N as i64);

@@ -13,24 +13,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fresh_consumer::Record;
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig, OtlpProtocol};
-use fresh_consumer::{FreshConsumer, Handler, Record, RunError, RunSummary, TopicPartition};
-use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use support::kafka::{TestCluster, init_logs, now_ms, unique, wait_until};
+use support::kafka::{TestCluster, now_ms, tp, unique};
+use support::logs;
+use support::metrics::{Attrs, group_attrs, partition_attrs, with};
 use support::otlp_receiver::{
-    OtlpReceiver, attribute_kinds, attrs, exponential_histogram_points, histogram_point_with,
+    OtlpReceiver, attribute_kinds, exponential_histogram_points, histogram_point_with,
     histogram_points, kind, number_points, number_value_with, sum_shape, sum_total_matching,
 };
+use support::run::start;
+use support::wait::{WAIT, wait_until};
 
-const WAIT: Duration = Duration::from_secs(15);
 const FLUSH: Duration = Duration::from_secs(10);
-
-type Attrs = BTreeMap<String, String>;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -51,26 +49,6 @@ fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
 /// runtime for 5 s).
 async fn shutdown(provider: &SdkMeterProvider) {
     let _ = otlp::shutdown(provider, FLUSH).await;
-}
-
-/// A running consumer.
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-}
-
-fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task }
-}
-
-impl Running {
-    /// Signals shutdown and waits for `run_until` to return.
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task.await.expect("run_until task").expect("run_until")
-    }
 }
 
 /// What the handler saw of one record: partition, offset, key, and the age
@@ -122,52 +100,9 @@ fn recorder(
     }
 }
 
-/// The partition attributes of the metrics docs.
-fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
-    let p = partition.to_string();
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_DESTINATION_NAME, topic),
-        (MESSAGING_DESTINATION_PARTITION_ID, &p),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
-fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
-    let mut a = base.clone();
-    a.extend(attrs(extra));
-    a
-}
-
-fn group_attrs(group: &str) -> Attrs {
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
 /// The index of the explicit bucket holding `v` (upper bounds inclusive).
 fn bucket(bounds: &[f64], v: f64) -> usize {
     bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len())
-}
-
-fn metric(receiver: &OtlpReceiver, name: &str) -> Metric {
-    receiver
-        .latest_metric(name)
-        .unwrap_or_else(|| panic!("{name} not received; got {:?}", receiver.metric_names()))
-}
-
-/// The total of counter `name` over points carrying `wanted`; 0 when the
-/// counter was never exported.
-fn counter_total(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> f64 {
-    sum_total_matching(receiver.latest_metric(name).as_ref(), wanted)
-}
-
-fn tp(topic: &str, partition: i32) -> TopicPartition {
-    TopicPartition {
-        topic: topic.to_owned(),
-        partition,
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -180,7 +115,7 @@ fn tp(topic: &str, partition: i32) -> TopicPartition {
 /// attributes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_arrive_with_names_units_attributes_and_buckets() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
     let cluster = TestCluster::start();
@@ -268,7 +203,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         ),
     ];
     for (name, want_kind, unit, description) in expected {
-        let m = metric(&receiver, name);
+        let m = receiver.metric(name);
         assert_eq!(kind(&m), want_kind, "{name}");
         assert_eq!(m.unit, unit, "{name}");
         assert_eq!(m.description, description, "{name}");
@@ -305,7 +240,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         EVENT_TIMESTAMP_MISSING,
         EVENT_CLOCK_SKEW,
     ] {
-        assert_eq!(counter_total(&receiver, name, &Attrs::new()), 0.0, "{name}");
+        assert_eq!(receiver.counter_total(name, &Attrs::new()), 0.0, "{name}");
     }
 
     let p0 = partition_attrs(&topic, 0, &group);
@@ -313,7 +248,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
 
     // Event age: one point per partition and timestamp type; the five
     // records in five different buckets.
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 2, "{points:?}");
     let create_time = [(TIMESTAMP_TYPE, "create_time")];
@@ -364,7 +299,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     );
 
     // Records received, per partition.
-    let consumed = metric(&receiver, CONSUMED_MESSAGES);
+    let consumed = receiver.metric(CONSUMED_MESSAGES);
     assert_eq!(sum_shape(&consumed), (true, 2), "monotonic, cumulative");
     let poll = [
         (MESSAGING_OPERATION_NAME, "poll"),
@@ -375,7 +310,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     assert_eq!(number_points(&consumed).len(), 2);
 
     // One point per attempt, none failed.
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     let ok = [
         (MESSAGING_OPERATION_NAME, "process"),
         (MESSAGING_OPERATION_TYPE, "process"),
@@ -389,19 +324,19 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     );
 
     // Batches carry the partition attributes only.
-    let batch = metric(&receiver, BATCH_DURATION);
+    let batch = receiver.metric(BATCH_DURATION);
     let b1 = histogram_point_with(&batch, &p1);
     assert!(b1.count >= 1 && b1.count <= 5, "{b1:?}");
     assert!(histogram_point_with(&batch, &p0).count >= 1);
 
     // Poll gaps: one point, group attributes.
-    let poll_interval = metric(&receiver, POLL_INTERVAL);
+    let poll_interval = receiver.metric(POLL_INTERVAL);
     let gaps = histogram_point_with(&poll_interval, &group_attrs(&group));
     assert!(gaps.count >= 1, "{gaps:?}");
     assert_eq!(histogram_points(&poll_interval).0.len(), 1);
 
     // Commits: one point per success, as many as the run counted.
-    let commits = metric(&receiver, CLIENT_OPERATION_DURATION);
+    let commits = receiver.metric(CLIENT_OPERATION_DURATION);
     let (points, _) = histogram_points(&commits);
     assert_eq!(points.len(), 1, "no failed commits: {points:?}");
     let commit = histogram_point_with(
@@ -433,7 +368,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
 /// clock skew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_missing_timestamps_and_clock_skew() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
     let cluster = TestCluster::start();
@@ -537,7 +472,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
 
     // Ages: fail-twice, panic-once, ok (about 1 s) and future (0). Nothing
     // for the records without a timestamp, nothing for partition 1.
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 1, "only partition 0, create time: {points:?}");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "create_time")]));
@@ -553,19 +488,19 @@ async fn failures_missing_timestamps_and_clock_skew() {
     );
 
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_TIMESTAMP_MISSING), &p0),
+        number_value_with(&receiver.metric(EVENT_TIMESTAMP_MISSING), &p0),
         n as f64 - 4.0,
         "no-timestamp and negative"
     );
     assert_eq!(
-        number_points(&metric(&receiver, EVENT_TIMESTAMP_MISSING)).len(),
+        number_points(&receiver.metric(EVENT_TIMESTAMP_MISSING)).len(),
         1
     );
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_CLOCK_SKEW), &p0),
+        number_value_with(&receiver.metric(EVENT_CLOCK_SKEW), &p0),
         1.0
     );
-    assert_eq!(number_points(&metric(&receiver, EVENT_CLOCK_SKEW)).len(), 1);
+    assert_eq!(number_points(&receiver.metric(EVENT_CLOCK_SKEW)).len(), 1);
     for (name, description) in [
         (
             EVENT_TIMESTAMP_MISSING,
@@ -576,18 +511,18 @@ async fn failures_missing_timestamps_and_clock_skew() {
             "Succeeded records timestamped later than the consumer's clock.",
         ),
     ] {
-        let m = metric(&receiver, name);
+        let m = receiver.metric(name);
         assert_eq!(m.unit, "{message}", "{name}");
         assert_eq!(m.description, description, "{name}");
         assert_eq!(sum_shape(&m), (true, 2), "{name}: monotonic, cumulative");
     }
-    let consumed = metric(&receiver, CONSUMED_MESSAGES);
+    let consumed = receiver.metric(CONSUMED_MESSAGES);
     assert_eq!(sum_total_matching(Some(&consumed), &p0), n as f64);
     assert_eq!(sum_total_matching(Some(&consumed), &p1), 1.0);
 
     // Attempts: one success per record; two handler errors and one panic on
     // partition 0; every attempt of the poison record on partition 1.
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     let op = [
         (MESSAGING_OPERATION_NAME, "process"),
         (MESSAGING_OPERATION_TYPE, "process"),
@@ -629,7 +564,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
 /// missing timestamp and leaves no age sample.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_time_header_is_the_age_source_when_configured() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
     let cluster = TestCluster::start();
@@ -670,7 +605,7 @@ async fn event_time_header_is_the_age_source_when_configured() {
     assert_eq!(summary.records_succeeded, 5);
 
     let p0 = partition_attrs(&topic, 0, &group);
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 1, "only timestamp.type=header: {points:?}");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "header")]));
@@ -687,14 +622,11 @@ async fn event_time_header_is_the_age_source_when_configured() {
         "{point:?}"
     );
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_TIMESTAMP_MISSING), &p0),
+        number_value_with(&receiver.metric(EVENT_TIMESTAMP_MISSING), &p0),
         3.0,
         "absent, null and unparsable headers"
     );
-    assert_eq!(
-        counter_total(&receiver, EVENT_CLOCK_SKEW, &Attrs::new()),
-        0.0
-    );
+    assert_eq!(receiver.counter_total(EVENT_CLOCK_SKEW, &Attrs::new()), 0.0);
 
     shutdown(&provider).await;
 }
@@ -706,7 +638,7 @@ async fn event_time_header_is_the_age_source_when_configured() {
 /// 5 records handled, export interval 60 s, shutdown: the receiver has an
 /// event-age count of 5, received during `run_until`'s shutdown.
 async fn shutdown_flush_exports_the_last_interval() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
     let cluster = TestCluster::start();
@@ -744,10 +676,7 @@ async fn shutdown_flush_exports_the_last_interval() {
         .expect("event age flushed at shutdown");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "create_time")]));
     assert_eq!(point.count, 5);
-    assert_eq!(
-        sum_total_matching(receiver.latest_metric(CONSUMED_MESSAGES).as_ref(), &p0),
-        5.0
-    );
+    assert_eq!(receiver.counter_total(CONSUMED_MESSAGES, &p0), 5.0);
 
     shutdown(&provider).await;
 }
@@ -778,7 +707,7 @@ async fn closed_port() -> std::net::SocketAddr {
 /// are unaffected, and `run_until` returns within its shutdown timeout
 /// although the final flush cannot reach the collector.
 async fn unreachable_collector(protocol: OtlpProtocol) {
-    init_logs();
+    logs::init();
     let addr = closed_port().await;
     let endpoint = match protocol {
         OtlpProtocol::Grpc => format!("http://{addr}"),
@@ -850,7 +779,7 @@ async fn unreachable_http_collector_does_not_affect_consumption() {
 /// (reporting that it timed out), after committing everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
-    init_logs();
+    logs::init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let silent = tokio::spawn(async move {
@@ -920,7 +849,7 @@ async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvi
     run.stop().await;
 
     let p0 = partition_attrs(&topic, 0, &group);
-    let age = metric(receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     assert_eq!(kind(&age), "exponential_histogram");
     assert_eq!(age.unit, "s");
     let (points, temporality) = exponential_histogram_points(&age);
@@ -963,19 +892,19 @@ async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvi
         CLIENT_OPERATION_DURATION,
     ] {
         assert_eq!(
-            kind(&metric(receiver, name)),
+            kind(&receiver.metric(name)),
             "exponential_histogram",
             "{name}"
         );
     }
-    let process = exponential_histogram_points(&metric(receiver, PROCESS_DURATION)).0;
+    let process = exponential_histogram_points(&receiver.metric(PROCESS_DURATION)).0;
     assert_eq!(process.iter().map(|p| p.count).sum::<u64>(), 3);
-    assert_eq!(kind(&metric(receiver, CONSUMED_MESSAGES)), "sum");
+    assert_eq!(kind(&receiver.metric(CONSUMED_MESSAGES)), "sum");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exponential_histograms_through_the_config_option() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = OtlpConfig::new()
         .with_endpoint(receiver.endpoint())
@@ -994,7 +923,7 @@ async fn exponential_histograms_through_the_config_option() {
 /// (as a user with their own views and readers would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exponential_histograms_through_the_public_view() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = OtlpConfig::new()
         .with_endpoint(receiver.endpoint())
@@ -1018,7 +947,7 @@ async fn exponential_histograms_through_the_public_view() {
 async fn failed_commits_carry_the_kafka_error_name() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE;
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
@@ -1048,7 +977,7 @@ async fn failed_commits_carry_the_kafka_error_name() {
     let summary = run.stop().await;
     assert_eq!(summary.commit_failures, 1, "{summary:?}");
 
-    let commits = metric(&receiver, CLIENT_OPERATION_DURATION);
+    let commits = receiver.metric(CLIENT_OPERATION_DURATION);
     let base = with(
         &group_attrs(&group),
         &[

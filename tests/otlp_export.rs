@@ -14,8 +14,8 @@ use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
 
 use support::otlp_receiver::{
     OtlpReceiver, attrs, histogram_point_with, histogram_points, number_value_with, sum_shape,
-    within,
 };
+use support::wait::within;
 
 /// Bound on every wait for data at the receiver.
 const ARRIVAL: Duration = Duration::from_secs(10);
