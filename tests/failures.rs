@@ -137,26 +137,19 @@ fn original_headers() -> Vec<(&'static str, Option<Vec<u8>>)> {
     ]
 }
 
-/// One test's cluster, source topic (holding [`produce_records`]
-/// records), group and, when asked for, dead-letter topic `{topic}.dlt`.
-struct Setup {
-    cluster: TestCluster,
-    topic: String,
-    dlq: String,
-    group: String,
-    base: i64,
-}
-
-/// A topic `{prefix}-…` of `partitions` partitions with `per_partition`
-/// records each, group `g-{prefix}-…`, and a dead-letter topic of
-/// `dlq_partitions` partitions if given.
+/// One test's cluster, source topic `{prefix}-…` of `partitions`
+/// partitions holding `per_partition` [`produce_records`] records each,
+/// dead-letter topic name `{topic}.dlt` (created with `dlq_partitions`
+/// partitions if given), group `g-{prefix}-…` and the records' base
+/// timestamp, in that order.
 async fn setup(
     prefix: &str,
     partitions: i32,
     per_partition: i64,
     dlq_partitions: Option<i32>,
     with_headers: Option<(i32, i64)>,
-) -> Setup {
+) -> (TestCluster, String, String, String, i64) {
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic(prefix, partitions).await;
     let dlq = format!("{topic}.dlt");
@@ -174,13 +167,7 @@ async fn setup(
         with_headers,
     )
     .await;
-    Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        base,
-    }
+    (cluster, topic, dlq, group, base)
 }
 
 /// Produces `per_partition` records to each of `partitions` partitions: key
@@ -473,13 +460,8 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     let started_ms = now_ms();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver, Duration::from_secs(60));
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        base,
-    } = setup("poison", 3, PER_PARTITION, Some(3), Some(POISON)).await;
+    let (cluster, topic, dlq, group, base) =
+        setup("poison", 3, PER_PARTITION, Some(3), Some(POISON)).await;
     if let Some(mock) = cluster.mock() {
         // Refuse the first dead-letter writes; the idempotent producer
         // retries them (retry.backoff.ms 100 ms, doubling), so the
@@ -511,10 +493,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
             .meter_provider(&provider),
     );
     let hw = vec![PER_PARTITION; 3];
-    wait_until(WAIT, "everything committed", || async {
-        cluster.committed(&group, &topic, 3).await == hw
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &hw).await;
     let samples = sampler.finish();
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
@@ -687,10 +666,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
             )
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new().topic(&dlq))),
     );
-    wait_until(WAIT, "every partition committed to its end", || async {
-        cluster.committed(&group, &topic, 4).await == vec![20; 4]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[20; 4]).await;
     run.stop().await;
 
     let parked = read_topic(&cluster, &dlq, 1).await;
@@ -724,14 +700,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
 /// original headers survive without the dead-letter ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
-    logs::init();
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        base,
-    } = setup("spring", 1, 5, Some(2), Some((0, 2))).await;
+    let (cluster, topic, dlq, group, base) = setup("spring", 1, 5, Some(2), Some((0, 2))).await;
 
     let handler = |r: Record| async move {
         if r.offset() == 2 {
@@ -751,10 +720,7 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
                 DeadLetter::new().headers(DeadLetterHeaders::SpringKafka),
             )),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5]).await;
     run.stop().await;
 
     let parked = read_topic(&cluster, &dlq, 2).await;
@@ -822,15 +788,8 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
 /// end, and the gauge returns to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers() {
-    logs::init();
     const POISON: i64 = 10;
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        ..
-    } = setup("dlq-down", 3, 30, Some(1), None).await;
+    let (cluster, topic, dlq, group, _) = setup("dlq-down", 3, 30, Some(1), None).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
@@ -859,12 +818,9 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     );
     let p1 = partition_attrs(&topic, 1, &group);
     let sent_failed = with(&sent_attrs(&dlq), &[(ERROR_TYPE, "_MSG_TIMED_OUT")]);
-    wait_until(
-        WAIT,
-        "other partitions at their ends, partition 1 at the poison record",
-        || async { cluster.committed(&group, &topic, 3).await == vec![30, POISON, 30] },
-    )
-    .await;
+    cluster
+        .wait_committed(&group, &topic, &[30, POISON, 30])
+        .await;
     wait_until(
         WAIT,
         "partition 1 reported blocked over the wire",
@@ -893,10 +849,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     );
 
     mock.clear_request_errors(RDKafkaApiKey::Produce);
-    wait_until(WAIT, "parked and committed to the end", || async {
-        cluster.committed(&group, &topic, 3).await == vec![30; 3]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[30; 3]).await;
     wait_until(WAIT, "the gauge back to 0", || async {
         receiver.point(PARTITION_BLOCKED, &p1) == Some(0.0)
     })
@@ -935,14 +888,8 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
 /// read that returned before the success; afterwards it reaches the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_policy_holds_the_partition_until_the_record_succeeds() {
-    logs::init();
     const POISON: i64 = 5;
-    let Setup {
-        cluster,
-        topic,
-        group,
-        ..
-    } = setup("block", 2, 20, None, None).await;
+    let (cluster, topic, _, group, _) = setup("block", 2, 20, None, None).await;
 
     let calls = Calls::default();
     let success_at: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -974,10 +921,7 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
             )
             .on_exhausted(OnExhausted::Block),
     );
-    wait_until(WAIT, "both partitions committed to their ends", || async {
-        cluster.committed(&group, &topic, 2).await == vec![20, 20]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[20, 20]).await;
     let samples = sampler.finish();
     let summary = run.stop().await;
 
@@ -1024,16 +968,9 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_is_not_retried() {
-    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver, Duration::from_secs(60));
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        ..
-    } = setup("permanent", 1, 6, Some(1), None).await;
+    let (cluster, topic, dlq, group, _) = setup("permanent", 1, 6, Some(1), None).await;
 
     let calls = Calls::default();
     let handler = calls.handler(|r, _| {
@@ -1050,10 +987,7 @@ async fn a_permanent_error_is_not_retried() {
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![6]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[6]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1091,15 +1025,9 @@ async fn a_permanent_error_is_not_retried() {
 /// ERROR, and it records no event age.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_policy_commits_past_and_counts_the_record() {
-    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver, Duration::from_secs(60));
-    let Setup {
-        cluster,
-        topic,
-        group,
-        ..
-    } = setup("skip", 2, 10, None, None).await;
+    let (cluster, topic, _, group, _) = setup("skip", 2, 10, None, None).await;
 
     let calls = Calls::default();
     let handler = calls.handler(|r, _| {
@@ -1116,10 +1044,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
             .on_exhausted(OnExhausted::SkipAndCommitPast)
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the ends", || async {
-        cluster.committed(&group, &topic, 2).await == vec![10, 10]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[10, 10]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1161,16 +1086,9 @@ async fn skip_policy_commits_past_and_counts_the_record() {
 /// read 1 over the wire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_guard_turns_dead_lettering_into_blocking() {
-    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver, Duration::from_millis(100));
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        ..
-    } = setup("storm", 1, 100, Some(1), None).await;
+    let (cluster, topic, dlq, group, _) = setup("storm", 1, 100, Some(1), None).await;
 
     let calls = Calls::default();
     let handler = calls
@@ -1200,10 +1118,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
         receiver.point(PARTITION_BLOCKED, &p0) == Some(1.0)
     })
     .await;
-    wait_until(WAIT, "committed up to the blocking record", || async {
-        cluster.committed(&group, &topic, 1).await == vec![9]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[9]).await;
     // Blocked, not dead-lettering: further attempts of offset 9 keep failing
     // and nothing more reaches the dead-letter topic.
     wait_until(WAIT, "offset 9 retried while blocked", || async {
@@ -1248,16 +1163,9 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
 /// consumer keeps handling the records after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running() {
-    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver, Duration::from_secs(60));
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        ..
-    } = setup("panic-timeout", 1, 8, Some(1), None).await;
+    let (cluster, topic, dlq, group, _) = setup("panic-timeout", 1, 8, Some(1), None).await;
     // Offsets: 1 panics once, 2 hangs once, 3 always panics, 4 always hangs.
     let calls = Calls::default();
     let cancelled = Arc::new(AtomicUsize::new(0));
@@ -1300,10 +1208,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![8]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[8]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1488,14 +1393,7 @@ async fn redrive(bootstrap: &str, dlq: &str, group: &str) -> Vec<(String, i32, i
 /// record is redriven once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
-    logs::init();
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        base,
-    } = setup("redrive", 2, 5, Some(1), Some((1, 3))).await;
+    let (cluster, topic, dlq, group, base) = setup("redrive", 2, 5, Some(1), Some((1, 3))).await;
 
     // Version 1: cannot handle the record at partition 1, offset 3.
     let calls = Calls::default();
@@ -1508,10 +1406,7 @@ async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
             .consumer(&group, &topic, broken)
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
     );
-    wait_until(WAIT, "version 1 committed past everything", || async {
-        cluster.committed(&group, &topic, 2).await == vec![5, 5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5, 5]).await;
     run.stop().await;
     assert_eq!(calls.total_succeeded(), 9);
     assert_eq!(record_count(&cluster, &dlq, 1).await, 1);
@@ -1532,12 +1427,7 @@ async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
         }
     };
     let run = start(cluster.consumer(&group, &topic, fixed));
-    wait_until(
-        WAIT,
-        "version 2 committed past the redriven record",
-        || async { cluster.committed(&group, &topic, 2).await == vec![5, 6] },
-    )
-    .await;
+    cluster.wait_committed(&group, &topic, &[5, 6]).await;
     run.stop().await;
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -1575,13 +1465,7 @@ async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
 /// record is retried and succeeds, and the partition is committed to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
-    logs::init();
-    let Setup {
-        cluster,
-        topic,
-        group,
-        ..
-    } = setup("sync-panic", 1, 5, None, None).await;
+    let (cluster, topic, _, group, _) = setup("sync-panic", 1, 5, None, None).await;
     let calls = Calls::default();
     let handler = {
         let calls = calls.clone();
@@ -1598,10 +1482,7 @@ async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
             .consumer(&group, &topic, handler)
             .on_exhausted(OnExhausted::Block),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5]).await;
     let summary = run.stop().await;
     assert_eq!(calls.of(0, 2), 2);
     assert_eq!(calls.succeeded(0), vec![0, 1, 2, 3, 4]);
@@ -1620,14 +1501,7 @@ async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fatal_dead_letter_producer_is_replaced() {
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
-    logs::init();
-    let Setup {
-        cluster,
-        topic,
-        dlq,
-        group,
-        ..
-    } = setup("dlq-fatal", 1, 10, Some(1), None).await;
+    let (cluster, topic, dlq, group, _) = setup("dlq-fatal", 1, 10, Some(1), None).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
@@ -1647,10 +1521,7 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
             .consumer(&group, &topic, handler)
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
     );
-    wait_until(WAIT, "parked and committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![10]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[10]).await;
     run.stop().await;
     let parked = read_topic(&cluster, &dlq, 1).await;
     assert_eq!(parked.len(), 1, "{parked:?}");
@@ -1754,10 +1625,7 @@ async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
         a.health.snapshot().partitions.len() == 1 && b.health.snapshot().partitions.len() == 1
     })
     .await;
-    wait_until(WAIT, "both partitions committed to the new end", || async {
-        cluster.committed(&group, &topic, 2).await == vec![5, 5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5, 5]).await;
     tokio::join!(a.stop(), b.stop());
     let handled = handled.lock().unwrap();
     for p in 0..2 {

@@ -8,9 +8,9 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::{FreshConsumer, Handler, TopicPartition};
+use fresh_consumer::{FreshConsumer, Handler, RunSummary, TopicPartition};
 
-use super::wait::wait_for;
+use super::wait::{WAIT, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -49,6 +49,14 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// What a run's summary says it committed for partitions
+/// `0..partitions` of `topic` (`None` where it committed nothing).
+pub fn summary_committed(summary: &RunSummary, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    (0..partitions)
+        .map(|p| summary.committed.get(&tp(topic, p)).copied())
+        .collect()
 }
 
 pub fn tp(topic: &str, partition: i32) -> TopicPartition {
@@ -228,10 +236,17 @@ impl TestCluster {
         .expect("offset reader task")
     }
 
-    /// Waits until the group's committed offsets for partitions
-    /// `0..want.len()` equal `want`; at the deadline, panics with what was
-    /// committed and what `handled` shows then.
-    pub async fn wait_committed(
+    /// Waits (up to [`WAIT`]) until the group's committed offsets for
+    /// partitions `0..want.len()` equal `want`; at the deadline, panics with
+    /// what was committed.
+    pub async fn wait_committed(&self, group: &str, topic: &str, want: &[i64]) {
+        self.wait_committed_showing(group, topic, want, WAIT, &())
+            .await;
+    }
+
+    /// Like [`wait_committed`](Self::wait_committed), with a deadline of its
+    /// own, and showing what `handled` shows at the deadline.
+    pub async fn wait_committed_showing(
         &self,
         group: &str,
         topic: &str,
