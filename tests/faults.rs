@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use fresh_consumer::Record;
 
 use support::handled::Seen;
-use support::kafka::{TestCluster, tp, unique};
+use support::kafka::{TestCluster, summary_committed, tp, unique};
 use support::logs;
 use support::run::start;
 use support::wait::wait_until;
@@ -28,6 +28,23 @@ use support::wait::wait_until;
 /// lines included): the secrets tests search all of it.
 fn init() {
     logs::init_everything();
+}
+
+/// [`init`], a cluster, a topic `{prefix}-…` with `per_partition` records in
+/// each of its `partitions` partitions, and a group `g-{prefix}-…`.
+async fn setup(
+    prefix: &str,
+    partitions: i32,
+    per_partition: usize,
+) -> (TestCluster, String, String) {
+    init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic(prefix, partitions).await;
+    let group = unique(&format!("g-{prefix}"));
+    cluster
+        .produce_many(&topic, partitions, per_partition)
+        .await;
+    (cluster, topic, group)
 }
 
 /// An error's `Display` and `Debug` output and its whole source chain.
@@ -51,15 +68,11 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 /// the broker acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
-    init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = setup("down-shutdown", 3, 50).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
     };
-    let topic = cluster.topic("down-shutdown", 3).await;
-    let group = unique("g-down-shutdown");
-    cluster.produce_many(&topic, 3, 50).await;
 
     // Partition 0 holds its records from offset 40 until released.
     let (release, released) = tokio::sync::watch::channel(false);
@@ -84,7 +97,7 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
             .shutdown_timeout(timeout),
     );
     cluster
-        .wait_committed(
+        .wait_committed_showing(
             &group,
             &topic,
             &[40, 50, 50],
@@ -113,9 +126,10 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
     assert_eq!(summary.records_succeeded, 150);
     seen.assert_exactly_once_in_order(&[50, 50, 50]);
     // The broker never acknowledged p0 past 40: the summary must not claim it.
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&40));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&50));
-    assert_eq!(summary.committed.get(&tp(&topic, 2)), Some(&50));
+    assert_eq!(
+        summary_committed(&summary, &topic, 3),
+        [Some(40), Some(50), Some(50)]
+    );
     assert!(
         summary.shutdown_timed_out,
         "the final commit could not reach the broker, yet shutdown says it finished in time"
@@ -143,15 +157,11 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
 /// only committing) goes through the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_and_back_mid_stream_loses_nothing() {
-    init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = setup("down-up", 3, 1_000).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
     };
-    let topic = cluster.topic("down-up", 3).await;
-    let group = unique("g-down-up");
-    cluster.produce_many(&topic, 3, 1_000).await;
 
     let seen = Seen::default();
     let handler = seen.slow_recorder(|r| r.offset() % 4 == 0);
@@ -176,15 +186,13 @@ async fn broker_down_and_back_mid_stream_loses_nothing() {
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![1_000; 3]);
     cluster
-        .wait_committed(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
         .await;
     let summary = run.stop().await;
     eprintln!("handled {down_at} before the outage, {during} during it; {summary:?}");
     seen.assert_at_least_once(&hw);
     assert!(summary.records_succeeded >= 3_000);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&1_000));
-    }
+    assert_eq!(summary_committed(&summary, &topic, 3), [Some(1_000); 3]);
     assert!(!summary.shutdown_timed_out);
 }
 
@@ -206,15 +214,11 @@ async fn failing_offset_commits_are_retried_and_counted() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::*;
 
-    init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = setup("commit-errors", 3, 300).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
     };
-    let topic = cluster.topic("commit-errors", 3).await;
-    let group = unique("g-commit-errors");
-    cluster.produce_many(&topic, 3, 300).await;
     mock.request_errors(
         RDKafkaApiKey::OffsetCommit,
         &[
@@ -238,7 +242,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
     );
     let hw = vec![300; 3];
     cluster
-        .wait_committed(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
         .await;
     let summary = run.stop().await;
     eprintln!("{summary:?}");
@@ -248,9 +252,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
         "injected OffsetCommit errors are not visible: {summary:?}"
     );
     assert!(summary.commits > 0);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&300));
-    }
+    assert_eq!(summary_committed(&summary, &topic, 3), [Some(300); 3]);
 }
 
 // ---------------------------------------------------------------------------
@@ -262,11 +264,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
 /// handled once, in order, and committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("panic", 2).await;
-    let group = unique("g-panic");
-    cluster.produce_many(&topic, 2, 20).await;
+    let (cluster, topic, group) = setup("panic", 2, 20).await;
 
     let attempts: Arc<Mutex<BTreeMap<(i32, i64), u32>>> = Arc::default();
     let seen = Seen::default();
@@ -293,15 +291,14 @@ async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
     let hw = cluster.high_watermarks(&topic, 2).await;
     assert_eq!(hw, vec![20, 20]);
     cluster
-        .wait_committed(&group, &topic, &hw, Duration::from_secs(20), &seen)
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(20), &seen)
         .await;
     let summary = run.finish().await.expect("run_until after a handler panic");
     seen.assert_exactly_once_in_order(&hw);
     assert_eq!(attempts.lock().unwrap().get(&(0, 7)), Some(&2));
     assert_eq!(summary.failed_attempts, 1, "{summary:?}");
     assert_eq!(summary.records_succeeded, 40);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&20));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&20));
+    assert_eq!(summary_committed(&summary, &topic, 2), [Some(20), Some(20)]);
 }
 
 // ---------------------------------------------------------------------------
@@ -345,15 +342,16 @@ async fn backpressure(split: bool) {
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![per_partition as i64; 3]);
     cluster
-        .wait_committed(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
         .await;
     let summary = run.stop().await;
     seen.assert_exactly_once_in_order(&hw);
     assert_eq!(summary.records_succeeded, 3 * per_partition as u64);
     assert_eq!(summary.failed_attempts, 0);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&hw[p as usize]));
-    }
+    assert_eq!(
+        summary_committed(&summary, &topic, 3),
+        hw.iter().copied().map(Some).collect::<Vec<_>>()
+    );
 }
 
 /// Through the poll loop's hand-over (`split_partition_queues(false)`, or a
@@ -371,11 +369,7 @@ async fn backpressure(split: bool) {
 /// stalls were ~0.9 s each and cut key-ordered throughput by 5x.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_partition_is_fetched_again_at_once() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("resume-stall", 1).await;
-    let group = unique("g-resume-stall");
-    cluster.produce_many(&topic, 1, 400).await;
+    let (cluster, topic, group) = setup("resume-stall", 1, 400).await;
     let seen = Seen::default();
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let handler = {
@@ -427,16 +421,12 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
 /// and shutdown returns.
 #[tokio::test]
 async fn works_on_a_current_thread_runtime() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("current-thread", 2).await;
-    let group = unique("g-current-thread");
-    cluster.produce_many(&topic, 2, 100).await;
+    let (cluster, topic, group) = setup("current-thread", 2, 100).await;
 
     let seen = Seen::default();
     let run = start(cluster.consumer(&group, &topic, seen.recorder()));
     cluster
-        .wait_committed(&group, &topic, &[100, 100], Duration::from_secs(20), &seen)
+        .wait_committed_showing(&group, &topic, &[100, 100], Duration::from_secs(20), &seen)
         .await;
     let started = Instant::now();
     let summary = run.stop().await;
@@ -445,8 +435,10 @@ async fn works_on_a_current_thread_runtime() {
     assert!(!summary.shutdown_timed_out, "{summary:?}");
     seen.assert_exactly_once_in_order(&[100, 100]);
     assert_eq!(summary.records_succeeded, 200);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&100));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&100));
+    assert_eq!(
+        summary_committed(&summary, &topic, 2),
+        [Some(100), Some(100)]
+    );
 }
 
 /// Everything is committed before the broker goes down, so only leaving the
@@ -455,15 +447,11 @@ async fn works_on_a_current_thread_runtime() {
 /// waited until the deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_and_nothing_pending() {
-    init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = setup("down-idle", 2, 30).await;
     let Some(mock) = cluster.mock() else {
         eprintln!("skipped: needs the mock broker");
         return;
     };
-    let topic = cluster.topic("down-idle", 2).await;
-    let group = unique("g-down-idle");
-    cluster.produce_many(&topic, 2, 30).await;
     let seen = Seen::default();
     let timeout = Duration::from_secs(3);
     let run = start(
@@ -472,7 +460,7 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
             .shutdown_timeout(timeout),
     );
     cluster
-        .wait_committed(&group, &topic, &[30, 30], Duration::from_secs(20), &seen)
+        .wait_committed_showing(&group, &topic, &[30, 30], Duration::from_secs(20), &seen)
         .await;
     mock.broker_down(1).expect("broker down");
 
@@ -493,8 +481,7 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
         assert!(took < timeout, "took {took:?}");
     }
     seen.assert_exactly_once_in_order(&[30, 30]);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&30));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&30));
+    assert_eq!(summary_committed(&summary, &topic, 2), [Some(30), Some(30)]);
     mock.broker_up(1).expect("broker up");
 }
 
