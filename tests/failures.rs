@@ -790,8 +790,7 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
 async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers() {
     const POISON: i64 = 10;
     let (cluster, topic, dlq, group, _) = setup("dlq-down", 3, 30, Some(1), None).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;
@@ -1502,8 +1501,7 @@ async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
 async fn a_fatal_dead_letter_producer_is_replaced() {
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
     let (cluster, topic, dlq, group, _) = setup("dlq-fatal", 1, 10, Some(1), None).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     mock.request_errors(
@@ -1546,8 +1544,7 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
 async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
     logs::init();
     let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock cluster's fault injection");
+    let Some(mock) = cluster.mock_or_skip("the mock cluster's fault injection") else {
         return;
     };
     cluster.set_consumer_group_timings(6_000, 200);

@@ -69,8 +69,7 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
     let (cluster, topic, group) = setup("down-shutdown", 3, 50).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
 
@@ -158,8 +157,7 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_and_back_mid_stream_loses_nothing() {
     let (cluster, topic, group) = setup("down-up", 3, 1_000).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
 
@@ -215,8 +213,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
     use rdkafka::types::RDKafkaRespErr::*;
 
     let (cluster, topic, group) = setup("commit-errors", 3, 300).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     mock.request_errors(
@@ -448,8 +445,7 @@ async fn works_on_a_current_thread_runtime() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_and_nothing_pending() {
     let (cluster, topic, group) = setup("down-idle", 2, 30).await;
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let seen = Seen::default();

@@ -951,8 +951,7 @@ async fn failed_commits_carry_the_kafka_error_name() {
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE;
     logs::init();
     let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;

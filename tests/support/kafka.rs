@@ -59,6 +59,27 @@ pub fn summary_committed(summary: &RunSummary, topic: &str, partitions: i32) -> 
         .collect()
 }
 
+/// A consumer of `topic` in `group` with the settings that keep tests fast
+/// on the mock broker, but for the group's session and heartbeat timings
+/// (see [`TestCluster::consumer`]).
+pub fn fast_consumer<H: Handler>(
+    handler: H,
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> FreshConsumer<H> {
+    FreshConsumer::new(handler)
+        .bootstrap_servers(bootstrap)
+        .group_id(group)
+        .topics([topic])
+        .set("fetch.wait.max.ms", "10")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .commit_interval(Duration::from_millis(50))
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .revoke_timeout(Duration::from_secs(2))
+        .shutdown_timeout(Duration::from_secs(10))
+}
+
 pub fn tp(topic: &str, partition: i32) -> TopicPartition {
     TopicPartition {
         topic: topic.to_owned(),
@@ -122,6 +143,16 @@ impl TestCluster {
 
     pub fn is_real(&self) -> bool {
         self.real
+    }
+
+    /// The mock cluster, for fault injection; `None` on a real cluster, after
+    /// noting that the test skips itself because it `needs` the mock.
+    pub fn mock_or_skip(&self, needs: &str) -> Option<MockCluster<'_, DefaultProducerContext>> {
+        let mock = self.mock();
+        if mock.is_none() {
+            eprintln!("skipped: needs {needs}");
+        }
+        mock
     }
 
     /// The mock cluster, for fault injection; `None` on a real cluster.
@@ -206,31 +237,11 @@ impl TestCluster {
     /// The group's committed offsets (next offset to read; -1001 when none)
     /// for partitions `0..partitions`, read from the broker.
     pub async fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-        let bootstrap = self.bootstrap.clone();
-        let group = group.to_owned();
-        let topic = topic.to_owned();
+        let reader = self.offset_reader(group, topic, partitions);
         tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", &group)
-                .set("enable.auto.commit", "false")
-                .create()
-                .expect("offset reader");
-            let mut tpl = TopicPartitionList::new();
-            for p in 0..partitions {
-                tpl.add_partition(&topic, p);
-            }
-            let got = c
-                .committed_offsets(tpl, Duration::from_secs(10))
-                .expect("committed offsets");
-            (0..partitions)
-                .map(
-                    |p| match got.find_partition(&topic, p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => -1001,
-                    },
-                )
-                .collect()
+            reader
+                .committed(Duration::from_secs(10))
+                .expect("committed offsets")
         })
         .await
         .expect("offset reader task")
@@ -293,18 +304,9 @@ impl TestCluster {
 
     /// A consumer with settings that keep tests fast on the mock broker.
     pub fn consumer<H: Handler>(&self, group: &str, topic: &str, handler: H) -> FreshConsumer<H> {
-        FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(group)
-            .topics([topic])
+        fast_consumer(handler, &self.bootstrap, group, topic)
             .set("session.timeout.ms", "6000")
             .set("heartbeat.interval.ms", "500")
-            .set("fetch.wait.max.ms", "10")
-            .set("topic.metadata.refresh.interval.ms", "1000")
-            .commit_interval(Duration::from_millis(50))
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .revoke_timeout(Duration::from_secs(2))
-            .shutdown_timeout(Duration::from_secs(10))
     }
 }
 
@@ -378,17 +380,7 @@ impl TestCluster {
         topic: &str,
         handler: H,
     ) -> FreshConsumer<H> {
-        FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(group)
-            .topics([topic])
-            .set("group.protocol", "consumer")
-            .set("fetch.wait.max.ms", "10")
-            .set("topic.metadata.refresh.interval.ms", "1000")
-            .commit_interval(Duration::from_millis(50))
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .revoke_timeout(Duration::from_secs(2))
-            .shutdown_timeout(Duration::from_secs(10))
+        fast_consumer(handler, &self.bootstrap, group, topic).set("group.protocol", "consumer")
     }
 }
 
