@@ -16,12 +16,12 @@ pub const WAIT: Duration = Duration::from_secs(15);
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Waits until `cond` holds, or panics at the deadline.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, cond: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    wait_for(timeout, what, || cond(), |done| *done).await;
+    wait_for(timeout, what, cond, |done| *done).await;
 }
 
 /// Reads `probe` until `accept` takes its value, and returns that value; at
