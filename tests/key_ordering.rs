@@ -22,7 +22,7 @@ use fresh_consumer::{
     TopicPartition,
 };
 use rdkafka::producer::FutureRecord;
-use support::kafka::{TestCluster, unique};
+use support::kafka::TestCluster;
 use support::logs;
 use support::run::start;
 use support::wait::wait_until;
@@ -152,6 +152,25 @@ where
     }
 }
 
+/// A [`probed`] handler that holds the record at `offset` until `gate`
+/// hands out a permit, and lets every other record through at once.
+fn gated_at(
+    probe: &Arc<Probe>,
+    gate: &Arc<tokio::sync::Semaphore>,
+    offset: i64,
+) -> impl Fn(Record) -> BoxFut + Send + Sync + 'static {
+    let gate = Arc::clone(gate);
+    probed(probe, move |r| {
+        let gate = Arc::clone(&gate);
+        async move {
+            if r.offset() == offset {
+                let _ = gate.acquire().await.expect("gate");
+            }
+            Ok(())
+        }
+    })
+}
+
 /// Produces one record per entry of `keys` (`None`: a null key) to
 /// partition 0, in order, so record `i` has offset `i` on a new topic. All
 /// acknowledged on return.
@@ -226,9 +245,7 @@ async fn wait_committed(cluster: &TestCluster, group: &str, topic: &str, want: i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-order", 1).await;
-    let group = unique("g-key-order");
+    let (cluster, topic, group) = TestCluster::with_topic("key-order", 1).await;
     let keys = random_keys(100, 10);
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -267,9 +284,7 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commit_never_passes_an_unfinished_earlier_offset() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-commit", 1).await;
-    let group = unique("g-key-commit");
+    let (cluster, topic, group) = TestCluster::with_topic("key-commit", 1).await;
     let keys = keys(30, |i| {
         Some(if i == 5 {
             "slow".to_owned()
@@ -281,18 +296,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let probe = Arc::new(Probe::default());
-    let handler = {
-        let gate = Arc::clone(&gate);
-        probed(&probe, move |r| {
-            let gate = Arc::clone(&gate);
-            async move {
-                if r.offset() == 5 {
-                    let _ = gate.acquire().await.expect("gate");
-                }
-                Ok(())
-            }
-        })
-    };
+    let handler = gated_at(&probe, &gate, 5);
     // Samples the group's committed offset from the start; each sample
     // notes whether the slow record had been released when it returned.
     let released = Arc::new(AtomicBool::new(false));
@@ -369,9 +373,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-fail", 1).await;
-    let group = unique("g-key-fail");
+    let (cluster, topic, group) = TestCluster::with_topic("key-fail", 1).await;
     let keys = keys(40, |i| Some(format!("k{}", i % 4)));
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -482,26 +484,13 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn look_ahead_past_an_unfinished_record_is_bounded() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-window", 1).await;
-    let group = unique("g-key-window");
+    let (cluster, topic, group) = TestCluster::with_topic("key-window", 1).await;
     let keys = keys(60, |i| Some(format!("k{i}")));
     produce_keyed(&cluster, &topic, &keys).await;
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let probe = Arc::new(Probe::default());
-    let handler = {
-        let gate = Arc::clone(&gate);
-        probed(&probe, move |r| {
-            let gate = Arc::clone(&gate);
-            async move {
-                if r.offset() == 0 {
-                    let _ = gate.acquire().await.expect("gate");
-                }
-                Ok(())
-            }
-        })
-    };
+    let handler = gated_at(&probe, &gate, 0);
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -531,9 +520,7 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_key_records_form_one_sequential_lane() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-null", 1).await;
-    let group = unique("g-key-null");
+    let (cluster, topic, group) = TestCluster::with_topic("key-null", 1).await;
     let keys = keys(40, |i| (i % 2 == 1).then(|| format!("k{i}")));
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -569,9 +556,7 @@ async fn null_key_records_form_one_sequential_lane() {
 async fn shutdown_and_restart_lose_nothing() {
     logs::init();
     const N: i64 = 2_000;
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-restart", 1).await;
-    let group = unique("g-key-restart");
+    let (cluster, topic, group) = TestCluster::with_topic("key-restart", 1).await;
     // 20 keys for 16 handler slots: records often wait behind a busy key.
     let keys = random_keys(N as usize, 20);
     produce_keyed(&cluster, &topic, &keys).await;
@@ -659,9 +644,7 @@ async fn shutdown_and_restart_lose_nothing() {
 async fn a_hot_partition_with_a_thousand_keys() {
     logs::init();
     const N: usize = 5_000;
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-hot", 1).await;
-    let group = unique("g-key-hot");
+    let (cluster, topic, group) = TestCluster::with_topic("key-hot", 1).await;
     let keys = random_keys(N, 1_000);
     produce_keyed(&cluster, &topic, &keys).await;
 
