@@ -227,9 +227,7 @@ impl Drop for ChildProcess {
 async fn killed_mid_stream_and_restarted() {
     logs::init();
     let began = Instant::now();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("crash", PARTITIONS).await;
-    let group = unique("g-crash");
+    let (cluster, topic, group) = TestCluster::with_topic("crash", PARTITIONS).await;
     cluster
         .produce_many(&topic, PARTITIONS, PER_PARTITION)
         .await;

@@ -26,17 +26,24 @@ fn recorder(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_resumes_from_the_committed_offset() {
+/// The log capture, a cluster, a one-partition topic `{prefix}-…` holding
+/// `n` records (key `k`, payload `v{i}`), and a group `g-{prefix}-…`.
+async fn setup(prefix: &str, n: usize) -> (TestCluster, String, String) {
     logs::init();
     let cluster = TestCluster::start();
-    let topic = cluster.topic("restart", 1).await;
-    let group = unique("g-restart");
-    for i in 0..3 {
+    let topic = cluster.topic(prefix, 1).await;
+    let group = unique(&format!("g-{prefix}"));
+    for i in 0..n {
         cluster
             .produce(&topic, 0, "k", &format!("v{i}"), None)
             .await;
     }
+    (cluster, topic, group)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_resumes_from_the_committed_offset() {
+    let (cluster, topic, group) = setup("restart", 3).await;
 
     let seen: Seen = Arc::default();
     let run = start(cluster.consumer(&group, &topic, recorder(&seen)));
@@ -72,15 +79,7 @@ async fn restart_resumes_from_the_committed_offset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_record_holds_the_commit_until_it_succeeds() {
-    logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("fail2", 1).await;
-    let group = unique("g-fail2");
-    for i in 0..5 {
-        cluster
-            .produce(&topic, 0, "k", &format!("v{i}"), None)
-            .await;
-    }
+    let (cluster, topic, group) = setup("fail2", 5).await;
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let attempts: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let succeeded: Seen = Arc::default();
@@ -153,9 +152,7 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_of_completed_records_commits_before_the_interval() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("commit-count", 1).await;
-    let group = unique("g-commit-count");
+    let (cluster, topic, group) = TestCluster::with_topic("commit-count", 1).await;
     cluster.produce_many(&topic, 1, 120).await;
     let seen: Seen = Arc::default();
     let run = start(

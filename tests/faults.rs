@@ -38,9 +38,7 @@ async fn setup(
     per_partition: usize,
 ) -> (TestCluster, String, String) {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic(prefix, partitions).await;
-    let group = unique(&format!("g-{prefix}"));
+    let (cluster, topic, group) = TestCluster::with_topic(prefix, partitions).await;
     cluster
         .produce_many(&topic, partitions, per_partition)
         .await;
@@ -320,9 +318,7 @@ async fn backpressure_through_the_hand_over_keeps_order_and_loses_nothing() {
 
 async fn backpressure(split: bool) {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("backpressure", 3).await;
-    let group = unique("g-backpressure");
+    let (cluster, topic, group) = TestCluster::with_topic("backpressure", 3).await;
     let per_partition = 2_000;
     cluster.produce_many(&topic, 3, per_partition).await;
 
@@ -493,9 +489,7 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_debug_output_logs_and_errors() {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("secrets", 1).await;
-    let group = unique("g-secrets");
+    let (cluster, topic, group) = TestCluster::with_topic("secrets", 1).await;
     cluster.produce(&topic, 0, "k", "v", None).await;
     let secret = unique("pw-Zq9xK2");
     let client_id = unique("secret-client");
@@ -614,9 +608,7 @@ async fn configuration_errors_come_back_from_run_until() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_oauthbearer_config_is_not_echoed_into_logs() {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("oauth-echo", 1).await;
-    let group = unique("g-oauth-echo");
+    let (cluster, topic, group) = TestCluster::with_topic("oauth-echo", 1).await;
     let secret = unique("oauth-Zq9xK2");
     let from = logs::mark();
     let seen = Seen::default();

@@ -161,9 +161,7 @@ async fn a_count_without_an_age() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("count-age", 2).await;
-    let group = unique("g-count-age");
+    let (cluster, topic, group) = TestCluster::with_topic("count-age", 2).await;
     let old = now_ms() - 60_000;
     for i in 0..20 {
         cluster
@@ -249,9 +247,7 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("hot", 3).await;
-    let group = unique("g-hot");
+    let (cluster, topic, group) = TestCluster::with_topic("hot", 3).await;
     // 90 % (10,800) on partition 0, 600 on each of the others.
     produce_bulk(&cluster, &topic, 0, 10_800, 50).await;
     produce_bulk(&cluster, &topic, 1, 600, 50).await;
@@ -313,9 +309,7 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("slow-dep", 1).await;
-    let group = unique("g-slow-dep");
+    let (cluster, topic, group) = TestCluster::with_topic("slow-dep", 1).await;
     let latency_ms = Arc::new(AtomicU64::new(1));
     let handler = {
         let latency_ms = Arc::clone(&latency_ms);
@@ -456,14 +450,12 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
     logs::init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = TestCluster::with_topic("rejoin", 1).await;
     let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let topic = cluster.topic("rejoin", 1).await;
-    let group = unique("g-rejoin");
     cluster.produce(&topic, 0, "k", "v", None).await;
     let seen = Seen::default();
     let handler = seen.recorder();
@@ -536,9 +528,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("stuck", 3).await;
-    let group = unique("g-stuck");
+    let (cluster, topic, group) = TestCluster::with_topic("stuck", 3).await;
     cluster.produce_many(&topic, 3, 20).await;
     let failing_since: Arc<Mutex<Option<Instant>>> = Arc::default();
     let handler = {
@@ -897,9 +887,7 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("above-hw", 1).await;
-    let group = unique("g-above-hw");
+    let (cluster, topic, group) = TestCluster::with_topic("above-hw", 1).await;
     cluster.produce_many(&topic, 1, 5).await;
     commit_offset(&cluster, &group, &topic, 0, 1_000).await;
     let seen = Seen::default();
@@ -983,9 +971,7 @@ async fn an_idle_topic_stays_healthy() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("idle", 2).await;
-    let group = unique("g-idle");
+    let (cluster, topic, group) = TestCluster::with_topic("idle", 2).await;
     cluster.produce_many(&topic, 2, 5).await;
     let seen = Seen::default();
     let handler = seen.recorder();

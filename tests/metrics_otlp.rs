@@ -18,7 +18,7 @@ use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig, OtlpProtocol};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
-use support::kafka::{TestCluster, now_ms, summary_committed, tp, unique};
+use support::kafka::{TestCluster, now_ms, summary_committed, tp};
 use support::logs;
 use support::metrics::{Attrs, group_attrs, partition_attrs, with};
 use support::otlp_receiver::{
@@ -118,9 +118,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire", 2).await;
-    let group = unique("g-wire");
+    let (cluster, topic, group) = TestCluster::with_topic("wire", 2).await;
     let seen = Seen::default();
 
     // A warm-up record on partition 0: once it is handled, the consumer is
@@ -371,9 +369,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire-fail", 2).await;
-    let group = unique("g-wire-fail");
+    let (cluster, topic, group) = TestCluster::with_topic("wire-fail", 2).await;
 
     let attempts: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
     let seen = Seen::default();
@@ -567,9 +563,7 @@ async fn event_time_header_is_the_age_source_when_configured() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire-header", 1).await;
-    let group = unique("g-wire-header");
+    let (cluster, topic, group) = TestCluster::with_topic("wire-header", 1).await;
     const HEADER: &str = "event-time";
 
     // The record timestamps are "now" (CreateTime); the headers say 7 s and
@@ -641,9 +635,7 @@ async fn shutdown_flush_exports_the_last_interval() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("flush", 1).await;
-    let group = unique("g-flush");
+    let (cluster, topic, group) = TestCluster::with_topic("flush", 1).await;
     for i in 0..5 {
         cluster
             .produce(&topic, 0, &format!("k{i}"), "v", Some(now_ms() - 1_000))
@@ -720,9 +712,7 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
         .with_timeout(Duration::from_secs(1))
         .build()
         .expect("provider");
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("no-collector", 2).await;
-    let group = unique("g-no-collector");
+    let (cluster, topic, group) = TestCluster::with_topic("no-collector", 2).await;
     cluster.produce_many(&topic, 2, 100).await;
 
     let seen = Seen::default();
@@ -796,9 +786,7 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
         .with_timeout(Duration::from_secs(10))
         .build()
         .expect("provider");
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("silent-collector", 1).await;
-    let group = unique("g-silent-collector");
+    let (cluster, topic, group) = TestCluster::with_topic("silent-collector", 1).await;
     cluster.produce_many(&topic, 1, 20).await;
     let seen = Seen::default();
     let shutdown_timeout = Duration::from_secs(3);
@@ -832,9 +820,7 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
 /// with `provider`, and checks that the library's histograms arrived as
 /// exponential histograms with the right counts and values.
 async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvider) {
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("expo", 1).await;
-    let group = unique("g-expo");
+    let (cluster, topic, group) = TestCluster::with_topic("expo", 1).await;
     for (i, age) in [0.5, 3.0, 120.0].iter().enumerate() {
         let ts = now_ms() - (age * 1000.0) as i64;
         cluster
@@ -950,14 +936,12 @@ async fn failed_commits_carry_the_kafka_error_name() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE;
     logs::init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = TestCluster::with_topic("commit-error", 1).await;
     let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let topic = cluster.topic("commit-error", 1).await;
-    let group = unique("g-commit-error");
     cluster.produce_many(&topic, 1, 10).await;
     // librdkafka retries coordinator and timeout errors itself; this one
     // reaches the caller.

@@ -137,6 +137,15 @@ impl TestCluster {
         Self::start_with(1)
     }
 
+    /// A cluster, a topic `{prefix}-…` of `partitions` partitions and a
+    /// group name `g-{prefix}-…`.
+    pub async fn with_topic(prefix: &str, partitions: i32) -> (Self, String, String) {
+        let cluster = Self::start();
+        let topic = cluster.topic(prefix, partitions).await;
+        let group = unique(&format!("g-{prefix}"));
+        (cluster, topic, group)
+    }
+
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
     }
