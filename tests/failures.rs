@@ -50,6 +50,21 @@ const FLUSH: Duration = Duration::from_secs(10);
 // Helpers
 // ---------------------------------------------------------------------------
 
+/// Whether a captured log line mentioning `subject` contains every one of
+/// `needles` (tests run concurrently: the subject is unique to the test).
+fn logged(subject: &str, needles: &[&str]) -> bool {
+    log_lines_with(subject)
+        .iter()
+        .any(|l| needles.iter().all(|n| l.contains(n)))
+}
+
+/// An OTLP receiver and a provider exporting to it every `interval`.
+async fn wire(interval: Duration) -> (OtlpReceiver, SdkMeterProvider) {
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, interval);
+    (receiver, provider)
+}
+
 /// A provider exporting to `receiver` every `interval`.
 fn provider_for(receiver: &OtlpReceiver, interval: Duration) -> SdkMeterProvider {
     OtlpConfig::new()
@@ -458,8 +473,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     const PER_PARTITION: i64 = 1_000;
     const POISON: (i32, i64) = (1, 386);
     let started_ms = now_ms();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, dlq, group, base) =
         setup("poison", 3, PER_PARTITION, Some(3), Some(POISON)).await;
     if let Some(mock) = cluster.mock() {
@@ -647,11 +661,9 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("narrow-src", 4).await;
+    let (cluster, topic, group) = TestCluster::with_topic("narrow", 4).await;
     let dlq = unique("narrow-dlq");
     cluster.create_topic(&dlq, 1).await;
-    let group = unique("g-narrow");
     produce_records(&cluster, &topic, 4, 20, base_timestamp(), None).await;
 
     let calls = Calls::default();
@@ -793,8 +805,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_millis(100));
+    let (receiver, provider) = wire(Duration::from_millis(100)).await;
     mock.request_errors(
         RDKafkaApiKey::Produce,
         &[RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 10_000],
@@ -841,9 +852,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     assert_eq!(calls.of(1, POISON), 1, "a permanent error is not retried");
     assert_eq!(calls.of(1, POISON + 1), 0, "nothing after the record ran");
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("writing to the dead-letter topic failed")),
+        logged(&topic, &["writing to the dead-letter topic failed"]),
         "the failed write is logged"
     );
 
@@ -951,9 +960,10 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
         "the sampler never saw the commit held at the record"
     );
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("partition blocked at a record whose attempts ran out")),
+        logged(
+            &topic,
+            &["partition blocked at a record whose attempts ran out"]
+        ),
         "the block is logged"
     );
 }
@@ -967,8 +977,7 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_is_not_retried() {
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, dlq, group, _) = setup("permanent", 1, 6, Some(1), None).await;
 
     let calls = Calls::default();
@@ -1024,8 +1033,7 @@ async fn a_permanent_error_is_not_retried() {
 /// ERROR, and it records no event age.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_policy_commits_past_and_counts_the_record() {
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, _, group, _) = setup("skip", 2, 10, None, None).await;
 
     let calls = Calls::default();
@@ -1064,9 +1072,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
     assert_eq!(event_age_count(&receiver, &p1), 10);
     assert!(receiver.latest_metric(DEAD_LETTER_MESSAGES).is_none());
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("ERROR") && l.contains("skip policy")),
+        logged(&topic, &["ERROR", "skip policy"]),
         "the skip is logged at ERROR"
     );
 }
@@ -1085,8 +1091,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
 /// read 1 over the wire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_guard_turns_dead_lettering_into_blocking() {
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_millis(100));
+    let (receiver, provider) = wire(Duration::from_millis(100)).await;
     let (cluster, topic, dlq, group, _) = setup("storm", 1, 100, Some(1), None).await;
 
     let calls = Calls::default();
@@ -1134,9 +1139,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
         "the guard says so in the log"
     );
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("storm_guard=true") && l.contains("partition blocked")),
+        logged(&topic, &["storm_guard=true", "partition blocked"]),
         "the block names the storm guard"
     );
     run.stop().await;
@@ -1162,8 +1165,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
 /// consumer keeps handling the records after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running() {
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, dlq, group, _) = setup("panic-timeout", 1, 8, Some(1), None).await;
     // Offsets: 1 panics once, 2 hangs once, 3 always panics, 4 always hangs.
     let calls = Calls::default();
@@ -1525,9 +1527,7 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!(text(&parked[0], dlt::OFFSET), "3");
     assert!(
-        log_lines_with(&dlq)
-            .iter()
-            .any(|l| l.contains("replaced it with a new one")),
+        logged(&dlq, &["replaced it with a new one"]),
         "the replacement is logged"
     );
 }
