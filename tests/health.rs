@@ -30,7 +30,7 @@ use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
 use support::metrics::{Attrs, group_attrs, partition_attrs, with};
 use support::otlp_receiver::OtlpReceiver;
-use support::run::{start, wait_snapshot};
+use support::run::{Running, start, wait_snapshot};
 use support::wait::{WAIT, wait_until};
 
 /// Library log events of `level` containing `needle` in their message or
@@ -42,6 +42,21 @@ fn logged(level: tracing::Level, needle: &str) -> Vec<logs::Event> {
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
+
+/// The log capture, an OTLP receiver and a provider exporting to it every
+/// 200 ms.
+async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
+    logs::init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    (receiver, provider)
+}
+
+/// Stops the consumer, then shuts the provider down (its last export).
+async fn stop_and_flush(run: Running, provider: &SdkMeterProvider) {
+    run.stop().await;
+    let _ = otlp::shutdown(provider, Duration::from_secs(5)).await;
+}
 
 /// A provider exporting to `receiver` every 200 ms.
 fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
@@ -158,9 +173,7 @@ fn fast_thresholds() -> HealthThresholds {
 /// handled, both ages are 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_without_an_age() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("count-age", 2).await;
     let old = now_ms() - 60_000;
     for i in 0..20 {
@@ -230,8 +243,7 @@ async fn a_count_without_an_age() {
             && receiver.point(PARTITION_HEAD_AGE, &p1) == Some(0.0)
     })
     .await;
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -244,9 +256,7 @@ async fn a_count_without_an_age() {
 /// library never sums) and in the snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("hot", 3).await;
     // 90 % (10,800) on partition 0, 600 on each of the others.
     produce_bulk(&cluster, &topic, 0, 10_800, 50).await;
@@ -292,8 +302,7 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
         assert_eq!((r.lag, r.head_age), (Some(0), Duration::ZERO), "{r:?}");
         assert_eq!(r.status, PartitionStatus::Ok);
     }
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -306,9 +315,7 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
 /// interval stays flat (the poll loop never waits for handlers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("slow-dep", 1).await;
     let latency_ms = Arc::new(AtomicU64::new(1));
     let handler = {
@@ -402,8 +409,7 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
     assert!(batch_slow >= 1.0, "{batch_slow}");
     // Flat: no gap beyond the idle poll tick (plus scheduling slack).
     assert!(gaps < 1.5, "poll gap max {gaps}");
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 fn batch_max(receiver: &OtlpReceiver, p: &Attrs) -> f64 {
@@ -510,8 +516,7 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
         Some(1.0),
         "assignment size"
     );
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -525,9 +530,7 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
 /// blocked by a failing record), and the other partitions are OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("stuck", 3).await;
     cluster.produce_many(&topic, 3, 20).await;
     let failing_since: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -624,8 +627,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     })
     .await;
     assert_eq!(s.status, HealthStatus::Unhealthy);
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -731,8 +733,7 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     );
     assert_eq!(r.status, PartitionStatus::Ok);
     assert_eq!(cluster.committed(&group, &topic, 2).await, vec![hi, 10]);
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 /// The same overrun with the fail policy: partition 0 is not consumed, its
@@ -884,9 +885,7 @@ async fn falling_behind_retention_while_running_is_detected() {
 /// commit is a rewind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_offset_above_the_high_watermark_is_reported() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("above-hw", 1).await;
     cluster.produce_many(&topic, 1, 5).await;
     commit_offset(&cluster, &group, &topic, 0, 1_000).await;
@@ -954,8 +953,7 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
             .is_some_and(|p| p.status == PartitionStatus::Ok)
     })
     .await;
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -968,9 +966,7 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
 /// is ok. Also measures how old the statistics get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_topic_stays_healthy() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("idle", 2).await;
     cluster.produce_many(&topic, 2, 5).await;
     let seen = Seen::default();

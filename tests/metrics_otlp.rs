@@ -45,6 +45,14 @@ fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
         .expect("provider")
 }
 
+/// The log capture, an OTLP/gRPC receiver and a [`provider_for`] it.
+async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
+    logs::init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    (receiver, provider)
+}
+
 /// Shuts the provider down (so dropping it does not block a current-thread
 /// runtime for 5 s).
 async fn shutdown(provider: &SdkMeterProvider) {
@@ -115,9 +123,7 @@ fn bucket(bounds: &[f64], v: f64) -> usize {
 /// attributes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_arrive_with_names_units_attributes_and_buckets() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("wire", 2).await;
     let seen = Seen::default();
 
@@ -366,9 +372,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
 /// clock skew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_missing_timestamps_and_clock_skew() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("wire-fail", 2).await;
 
     let attempts: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
@@ -560,9 +564,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
 /// missing timestamp and leaves no age sample.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_time_header_is_the_age_source_when_configured() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("wire-header", 1).await;
     const HEADER: &str = "event-time";
 
@@ -632,9 +634,7 @@ async fn event_time_header_is_the_age_source_when_configured() {
 /// 5 records handled, export interval 60 s, shutdown: the receiver has an
 /// event-age count of 5, received during `run_until`'s shutdown.
 async fn shutdown_flush_exports_the_last_interval() {
-    logs::init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
+    let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("flush", 1).await;
     for i in 0..5 {
         cluster
