@@ -252,14 +252,18 @@ async fn handover(protocol: Protocol) {
 
     let count = |m: Member| log.lock().unwrap().iter().filter(|h| h.member == m).count();
 
+    let join = |m: Member| {
+        start(member(
+            &cluster,
+            protocol,
+            &group,
+            &topic,
+            recorder(m, &log),
+        ))
+    };
+
     // Member A alone.
-    let run_a = start(member(
-        &cluster,
-        protocol,
-        &group,
-        &topic,
-        recorder(Member::A, &log),
-    ));
+    let run_a = join(Member::A);
     wait_until(
         Duration::from_secs(20),
         "A handled its first records",
@@ -268,13 +272,7 @@ async fn handover(protocol: Protocol) {
     .await;
 
     // B joins mid-stream.
-    let run_b = start(member(
-        &cluster,
-        protocol,
-        &group,
-        &topic,
-        recorder(Member::B, &log),
-    ));
+    let run_b = join(Member::B);
     b_started.cancel();
     let b_joined_at = Instant::now();
     // Both members work after the rebalance: B handled records, and A handled

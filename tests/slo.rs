@@ -19,10 +19,8 @@ use support::wait::wait_until;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objectives_count_good_and_late_exactly_and_join_the_age_buckets() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("slo", 1).await;
+    let (cluster, topic, group) = TestCluster::with_topic("slo", 1).await;
     let other = unique("other-topic");
-    let group = unique("g-slo");
     let now = now_ms();
     // Ages at production: 10 s, 20 s and 29 s are within 30 s even with the
     // pipeline's few milliseconds; 31 s and 120 s are not. One record has no
