@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::{FreshConsumer, Record};
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
+use support::kafka::{TestCluster, fast_consumer, unique};
+use support::logs;
+use support::wait::wait_until;
 
 const CHILD_BOOTSTRAP: &str = "FRESH_CHILD_BOOTSTRAP";
 const CHILD_TOPIC: &str = "FRESH_CHILD_TOPIC";
@@ -50,7 +52,7 @@ fn child_consumer() {
     let session_ms: u64 = var(CHILD_SESSION_MS)
         .parse()
         .expect("session timeout in ms");
-    init_logs();
+    logs::init();
 
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -80,14 +82,7 @@ fn child_consumer() {
         .expect("runtime");
     let summary = runtime
         .block_on(
-            child_settings(
-                FreshConsumer::new(handler),
-                &bootstrap,
-                &group,
-                &topic,
-                session_ms,
-            )
-            .run_until(async {
+            child_settings(handler, &bootstrap, &group, &topic, session_ms).run_until(async {
                 // Runs until the parent closes our stdin (or dies).
                 let _ = tokio::task::spawn_blocking(|| {
                     let mut sink = Vec::new();
@@ -104,23 +99,16 @@ fn child_consumer() {
 /// member leaves the group quickly (the mock broker waits
 /// `session.timeout.ms - 1 s` for members at each membership change).
 fn child_settings<H: fresh_consumer::Handler>(
-    c: FreshConsumer<H>,
+    handler: H,
     bootstrap: &str,
     group: &str,
     topic: &str,
     session_ms: u64,
 ) -> FreshConsumer<H> {
-    c.bootstrap_servers(bootstrap)
-        .group_id(group)
-        .topics([topic])
+    fast_consumer(handler, bootstrap, group, topic)
         .set("session.timeout.ms", session_ms.to_string())
         .set("heartbeat.interval.ms", (session_ms / 10).to_string())
-        .set("fetch.wait.max.ms", "10")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .commit_interval(Duration::from_millis(50))
-        .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
         .revoke_timeout(Duration::from_secs(1))
-        .shutdown_timeout(Duration::from_secs(10))
 }
 
 /// A child consumer process, killed when dropped; its output and logs are
@@ -237,11 +225,9 @@ impl Drop for ChildProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_stream_and_restarted() {
-    init_logs();
+    logs::init();
     let began = Instant::now();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("crash", PARTITIONS).await;
-    let group = unique("g-crash");
+    let (cluster, topic, group) = TestCluster::with_topic("crash", PARTITIONS).await;
     cluster
         .produce_many(&topic, PARTITIONS, PER_PARTITION)
         .await;

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fresh_consumer::{Record, TopicPartition};
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
-use tokio_util::sync::CancellationToken;
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::run::start;
+use support::wait::wait_until;
 
 type Seen = Arc<Mutex<Vec<(i32, i64)>>>;
 
@@ -24,31 +26,32 @@ fn recorder(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_resumes_from_the_committed_offset() {
-    init_logs();
+/// The log capture, a cluster, a one-partition topic `{prefix}-…` holding
+/// `n` records (key `k`, payload `v{i}`), and a group `g-{prefix}-…`.
+async fn setup(prefix: &str, n: usize) -> (TestCluster, String, String) {
+    logs::init();
     let cluster = TestCluster::start();
-    let topic = cluster.topic("restart", 1).await;
-    let group = unique("g-restart");
-    for i in 0..3 {
+    let topic = cluster.topic(prefix, 1).await;
+    let group = unique(&format!("g-{prefix}"));
+    for i in 0..n {
         cluster
             .produce(&topic, 0, "k", &format!("v{i}"), None)
             .await;
     }
+    (cluster, topic, group)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_resumes_from_the_committed_offset() {
+    let (cluster, topic, group) = setup("restart", 3).await;
 
     let seen: Seen = Arc::default();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, recorder(&seen))
-            .run_until(stop.clone().cancelled_owned()),
-    );
+    let run = start(cluster.consumer(&group, &topic, recorder(&seen)));
     wait_until(Duration::from_secs(20), "3 records handled", || async {
         seen.lock().unwrap().len() == 3
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
     assert_eq!(summary.records_succeeded, 3);
     assert_eq!(
         summary.committed.get(&TopicPartition {
@@ -62,19 +65,13 @@ async fn restart_resumes_from_the_committed_offset() {
     // A new consumer in the same group starts at offset 3: it sees the fourth
     // record and none of the first three.
     let seen2: Seen = Arc::default();
-    let stop2 = CancellationToken::new();
-    let run2 = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, recorder(&seen2))
-            .run_until(stop2.clone().cancelled_owned()),
-    );
+    let run2 = start(cluster.consumer(&group, &topic, recorder(&seen2)));
     cluster.produce(&topic, 0, "k", "v3", None).await;
     wait_until(Duration::from_secs(20), "the fourth record", || async {
         !seen2.lock().unwrap().is_empty()
     })
     .await;
-    stop2.cancel();
-    let summary2 = run2.await.unwrap().unwrap();
+    let summary2 = run2.stop().await;
     assert_eq!(*seen2.lock().unwrap(), vec![(0, 3)]);
     assert_eq!(summary2.records_succeeded, 1);
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![4]);
@@ -82,15 +79,7 @@ async fn restart_resumes_from_the_committed_offset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_record_holds_the_commit_until_it_succeeds() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("fail2", 1).await;
-    let group = unique("g-fail2");
-    for i in 0..5 {
-        cluster
-            .produce(&topic, 0, "k", &format!("v{i}"), None)
-            .await;
-    }
+    let (cluster, topic, group) = setup("fail2", 5).await;
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let attempts: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let succeeded: Seen = Arc::default();
@@ -116,12 +105,7 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
             }
         }
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, handler)
-            .run_until(stop.clone().cancelled_owned()),
-    );
+    let run = start(cluster.consumer(&group, &topic, handler));
     wait_until(
         Duration::from_secs(20),
         "offset 2 failing repeatedly",
@@ -153,8 +137,7 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
         || async { cluster.committed(&group, &topic, 1).await == vec![5] },
     )
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
     assert_eq!(
         *succeeded.lock().unwrap(),
         (0..5).map(|o| (0, o)).collect::<Vec<_>>(),
@@ -168,19 +151,15 @@ async fn a_failing_record_holds_the_commit_until_it_succeeds() {
 /// commit interval comes round (here an hour away), while the consumer runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_of_completed_records_commits_before_the_interval() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("commit-count", 1).await;
-    let group = unique("g-commit-count");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("commit-count", 1).await;
     cluster.produce_many(&topic, 1, 120).await;
     let seen: Seen = Arc::default();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, recorder(&seen))
             .commit_interval(Duration::from_secs(3600))
-            .commit_batch_records(50)
-            .run_until(stop.clone().cancelled_owned()),
+            .commit_batch_records(50),
     );
     wait_until(Duration::from_secs(20), "120 records handled", || async {
         seen.lock().unwrap().len() == 120
@@ -192,8 +171,7 @@ async fn a_count_of_completed_records_commits_before_the_interval() {
         || async { cluster.committed(&group, &topic, 1).await[0] >= 50 },
     )
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
     assert_eq!(summary.records_succeeded, 120);
     // The final commit at shutdown covers the rest.
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![120]);
@@ -205,7 +183,7 @@ async fn a_count_of_completed_records_commits_before_the_interval() {
 /// not, and everything else about the record is the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_reach_the_handler_unless_turned_off() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("headers", 1).await;
     let headers: [(&str, Option<&[u8]>); 3] = [
@@ -233,20 +211,17 @@ async fn headers_reach_the_handler_unless_turned_off() {
                 std::future::ready(Ok::<(), std::io::Error>(()))
             }
         };
-        let stop = CancellationToken::new();
-        let run = tokio::spawn(
+        let run = start(
             cluster
                 .consumer(&unique("g-headers"), &topic, handler)
                 .split_partition_queues(split)
-                .read_headers(read)
-                .run_until(stop.clone().cancelled_owned()),
+                .read_headers(read),
         );
         wait_until(Duration::from_secs(20), "2 records handled", || async {
             got.lock().unwrap().len() == 2
         })
         .await;
-        stop.cancel();
-        run.await.unwrap().unwrap();
+        run.stop().await;
         let expected: Vec<(String, Option<Vec<u8>>)> = if read {
             headers
                 .iter()

@@ -13,20 +13,19 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use std::future::{Ready, ready};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{
-    DeadLetter, DeadLetterHeaders, FreshConsumer, Handler, OnExhausted, Record, RecordTimestamp,
-    RetryPolicy, RunError, RunSummary, StormGuard, permanent,
+    DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryPolicy, StormGuard,
+    permanent,
 };
-use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders};
@@ -34,75 +33,36 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
-use support::kafka::{TestCluster, now_ms, unique, wait_until};
+use support::handled::Seen;
+use support::kafka::{TestCluster, now_ms, unique};
+use support::logs::{self, lines_with as log_lines_with};
+use support::metrics::{Attrs, group_attrs, partition_attrs, with};
 use support::otlp_receiver::{
     OtlpReceiver, attrs, histogram_point_with, histogram_points, number_points,
 };
+use support::run::start;
+use support::wait::{WAIT, wait_until};
 
-const WAIT: Duration = Duration::from_secs(15);
 const FLUSH: Duration = Duration::from_secs(10);
-
-type Attrs = BTreeMap<String, String>;
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// Everything this test binary logged (`warn,fresh_consumer=info`), as text.
-fn captured_logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(Arc::default)
+/// Whether a captured log line mentioning `subject` contains every one of
+/// `needles` (tests run concurrently: the subject is unique to the test).
+fn logged(subject: &str, needles: &[&str]) -> bool {
+    log_lines_with(subject)
+        .iter()
+        .any(|l| needles.iter().all(|n| l.contains(n)))
 }
 
-/// Writes each log line into [`captured_logs`] and to the test's output
-/// (`print!`, captured by the test harness like `with_test_writer`).
-struct Tee(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Tee {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        print!("{}", String::from_utf8_lossy(buf));
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs, once per binary, a global subscriber for
-/// `warn,fresh_consumer=info` plus RUST_LOG's directives, writing to the
-/// test output and to [`captured_logs`]. One subscriber with one filter, not
-/// two layers with filters of their own: with per-layer filters, events of
-/// concurrently running tests were sometimes lost from both layers.
-fn init() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let buf = Arc::clone(captured_logs());
-        let extra = std::env::var("RUST_LOG").unwrap_or_default();
-        let _ = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Tee(Arc::clone(&buf)))
-            .with_env_filter(EnvFilter::new(format!("warn,fresh_consumer=info,{extra}")))
-            .try_init();
-    });
-}
-
-/// The captured log lines that mention `needle` (tests run concurrently:
-/// filter on something unique to the test, like its topic).
-fn log_lines_with(needle: &str) -> Vec<String> {
-    let logs = captured_logs().lock().unwrap_or_else(|e| e.into_inner());
-    String::from_utf8_lossy(&logs)
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_owned)
-        .collect()
+/// An OTLP receiver and a provider exporting to it every `interval`.
+async fn wire(interval: Duration) -> (OtlpReceiver, SdkMeterProvider) {
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver, interval);
+    (receiver, provider)
 }
 
 /// A provider exporting to `receiver` every `interval`.
@@ -115,31 +75,12 @@ fn provider_for(receiver: &OtlpReceiver, interval: Duration) -> SdkMeterProvider
         .expect("provider")
 }
 
-/// A running consumer.
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-}
-
-fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task }
-}
-
-impl Running {
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task.await.expect("run_until task").expect("run_until")
-    }
-}
-
 /// Handler calls per (partition, offset), and the succeeded offsets per
 /// partition in the order they succeeded.
 #[derive(Clone, Default)]
 struct Calls {
     calls: Arc<Mutex<BTreeMap<(i32, i64), u32>>>,
-    succeeded: Arc<Mutex<BTreeMap<i32, Vec<i64>>>>,
+    succeeded: Seen,
 }
 
 impl Calls {
@@ -151,12 +92,7 @@ impl Calls {
         *n
     }
     fn ok(&self, r: &Record) {
-        self.succeeded
-            .lock()
-            .unwrap()
-            .entry(r.partition())
-            .or_default()
-            .push(r.offset());
+        self.succeeded.push(r);
     }
     fn of(&self, partition: i32, offset: i64) -> u32 {
         self.calls
@@ -167,15 +103,28 @@ impl Calls {
             .unwrap_or(0)
     }
     fn succeeded(&self, partition: i32) -> Vec<i64> {
-        self.succeeded
-            .lock()
-            .unwrap()
-            .get(&partition)
-            .cloned()
-            .unwrap_or_default()
+        self.succeeded.of(partition)
     }
     fn total_succeeded(&self) -> usize {
-        self.succeeded.lock().unwrap().values().map(Vec::len).sum()
+        self.succeeded.total()
+    }
+
+    /// A handler that counts every call and fails the attempts for which
+    /// `fail` (given the record and the call's number) returns an error; the
+    /// others succeed.
+    fn handler<E>(
+        &self,
+        fail: impl Fn(&Record, u32) -> Option<E> + Send + Sync + 'static,
+    ) -> impl Fn(Record) -> Ready<Result<(), E>> + Send + Sync + 'static {
+        let calls = self.clone();
+        move |r: Record| {
+            let n = calls.call(&r);
+            if let Some(e) = fail(&r, n) {
+                return ready(Err(e));
+            }
+            calls.ok(&r);
+            ready(Ok(()))
+        }
     }
 }
 
@@ -201,6 +150,39 @@ fn original_headers() -> Vec<(&'static str, Option<Vec<u8>>)> {
         ("null-valued", None),
         ("binary", Some(vec![0, 255, 7])),
     ]
+}
+
+/// One test's cluster, source topic `{prefix}-…` of `partitions`
+/// partitions holding `per_partition` [`produce_records`] records each,
+/// dead-letter topic name `{topic}.dlt` (created with `dlq_partitions`
+/// partitions if given), group `g-{prefix}-…` and the records' base
+/// timestamp, in that order.
+async fn setup(
+    prefix: &str,
+    partitions: i32,
+    per_partition: i64,
+    dlq_partitions: Option<i32>,
+    with_headers: Option<(i32, i64)>,
+) -> (TestCluster, String, String, String, i64) {
+    logs::init();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic(prefix, partitions).await;
+    let dlq = format!("{topic}.dlt");
+    if let Some(n) = dlq_partitions {
+        cluster.create_topic(&dlq, n).await;
+    }
+    let group = unique(&format!("g-{prefix}"));
+    let base = base_timestamp();
+    produce_records(
+        &cluster,
+        &topic,
+        partitions,
+        per_partition,
+        base,
+        with_headers,
+    )
+    .await;
+    (cluster, topic, dlq, group, base)
 }
 
 /// Produces `per_partition` records to each of `partitions` partitions: key
@@ -252,27 +234,6 @@ async fn produce_records(
             (p, i),
             "records land at known offsets"
         );
-    }
-}
-
-/// Creates a topic with exactly this name.
-async fn create_topic_named(cluster: &TestCluster, name: &str, partitions: i32) {
-    if let Some(m) = cluster.mock() {
-        m.create_topic(name, partitions, 1).expect("create topic");
-        return;
-    }
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap())
-        .create()
-        .expect("admin client");
-    let t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for r in admin
-        .create_topics([&t], &AdminOptions::new())
-        .await
-        .expect("create topic")
-    {
-        r.expect("topic created");
     }
 }
 
@@ -427,22 +388,6 @@ impl Sampler {
     }
 }
 
-fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
-    let p = partition.to_string();
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_DESTINATION_NAME, topic),
-        (MESSAGING_DESTINATION_PARTITION_ID, &p),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
-fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
-    let mut a = base.clone();
-    a.extend(attrs(extra));
-    a
-}
-
 fn process_attrs(base: &Attrs, error_type: Option<&str>) -> Attrs {
     let mut a = with(
         base,
@@ -466,22 +411,6 @@ fn sent_attrs(dlq: &str) -> Attrs {
     ])
 }
 
-/// The value of the point with exactly `wanted` attributes of the latest
-/// export of sum or gauge `name`, if any.
-fn point(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> Option<f64> {
-    let m = receiver.latest_metric(name)?;
-    number_points(&m)
-        .into_iter()
-        .find(|(a, _)| a == wanted)
-        .map(|(_, v)| v)
-}
-
-fn metric(receiver: &OtlpReceiver, name: &str) -> Metric {
-    receiver
-        .latest_metric(name)
-        .unwrap_or_else(|| panic!("{name} not received; got {:?}", receiver.metric_names()))
-}
-
 /// Event-age samples recorded for partition attributes `base` (all
 /// timestamp types).
 fn event_age_count(receiver: &OtlpReceiver, base: &Attrs) -> u64 {
@@ -502,13 +431,6 @@ fn text<'a>(r: &'a Record, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("header {name} missing: {:?}", r.headers()))
         .unwrap_or_else(|| panic!("header {name} is null"));
     std::str::from_utf8(v).unwrap_or_else(|_| panic!("header {name} is not UTF-8"))
-}
-
-fn ms_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// The headers of `r` that are not dead-letter headers, as (name, value).
@@ -547,19 +469,13 @@ fn expected_original_headers() -> Vec<(String, Option<Vec<u8>>)> {
 /// and no event age for the dead-lettered record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack() {
-    init();
+    logs::init();
     const PER_PARTITION: i64 = 1_000;
     const POISON: (i32, i64) = (1, 386);
-    let started_ms = ms_now();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("poison", 3).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 3).await;
-    let group = unique("g-poison");
-    let base = base_timestamp();
-    produce_records(&cluster, &topic, 3, PER_PARTITION, base, Some(POISON)).await;
+    let started_ms = now_ms();
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
+    let (cluster, topic, dlq, group, base) =
+        setup("poison", 3, PER_PARTITION, Some(3), Some(POISON)).await;
     if let Some(mock) = cluster.mock() {
         // Refuse the first dead-letter writes; the idempotent producer
         // retries them (retry.backoff.ms 100 ms, doubling), so the
@@ -571,21 +487,13 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     }
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if (r.partition(), r.offset()) == POISON {
-                    assert_eq!(r.key(), Some(key_of(1, 386).as_bytes()));
-                    return Err(std::io::Error::other("cannot parse order: unexpected '}'"));
-                }
-                calls.ok(&r);
-                Ok(())
-            }
+    let handler = calls.handler(|r, _| {
+        if (r.partition(), r.offset()) == POISON {
+            assert_eq!(r.key(), Some(key_of(1, 386).as_bytes()));
+            return Some(std::io::Error::other("cannot parse order: unexpected '}'"));
         }
-    };
+        None
+    });
     let sampler = Sampler::start(&cluster, &group, &topic, 3, Some((&dlq, 3)));
     let run = start(
         cluster
@@ -599,10 +507,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
             .meter_provider(&provider),
     );
     let hw = vec![PER_PARTITION; 3];
-    wait_until(WAIT, "everything committed", || async {
-        cluster.committed(&group, &topic, 3).await == hw
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &hw).await;
     let samples = sampler.finish();
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
@@ -649,7 +554,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     let first: i64 = text(d, dlt::FIRST_FAILURE).parse().unwrap();
     let last: i64 = text(d, dlt::LAST_FAILURE).parse().unwrap();
     assert!(
-        started_ms <= first && first <= last && last <= ms_now(),
+        started_ms <= first && first <= last && last <= now_ms(),
         "failure times {first}..{last} outside the test ({started_ms}..)"
     );
     // Exactly the documented native headers, each once, after the originals.
@@ -708,17 +613,17 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
 
     // Over the wire.
     let p1 = partition_attrs(&topic, 1, &group);
-    let retries = metric(&receiver, HANDLER_RETRIES);
+    let retries = receiver.metric(HANDLER_RETRIES);
     assert_eq!(number_points(&retries), vec![(p1.clone(), 3.0)]);
-    let dead = metric(&receiver, DEAD_LETTER_MESSAGES);
+    let dead = receiver.metric(DEAD_LETTER_MESSAGES);
     assert_eq!(
         number_points(&dead),
         vec![(with(&p1, &[(DEAD_LETTER_TOPIC, &dlq)]), 1.0)]
     );
     assert_eq!(dead.unit, "{message}");
-    let sent = metric(&receiver, SENT_MESSAGES);
+    let sent = receiver.metric(SENT_MESSAGES);
     assert_eq!(number_points(&sent), vec![(sent_attrs(&dlq), 1.0)]);
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     assert_eq!(
         histogram_point_with(&process, &process_attrs(&p1, Some("handler_error"))).count,
         4
@@ -738,7 +643,9 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     }
     assert!(receiver.latest_metric(SKIPPED_MESSAGES).is_none());
     assert!(
-        point(&receiver, PARTITION_BLOCKED, &p1).is_none_or(|v| v == 0.0),
+        receiver
+            .point(PARTITION_BLOCKED, &p1)
+            .is_none_or(|v| v == 0.0),
         "a dead-letter write acknowledged after producer-internal retries does not block"
     );
 }
@@ -753,29 +660,14 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
 /// partition is committed to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("narrow-src", 4).await;
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("narrow", 4).await;
     let dlq = unique("narrow-dlq");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-narrow");
+    cluster.create_topic(&dlq, 1).await;
     produce_records(&cluster, &topic, 4, 20, base_timestamp(), None).await;
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if r.offset() == 7 {
-                    return Err(std::io::Error::other("poison"));
-                }
-                calls.ok(&r);
-                Ok(())
-            }
-        }
-    };
+    let handler = calls.handler(|r, _| (r.offset() == 7).then(|| std::io::Error::other("poison")));
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -786,10 +678,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
             )
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new().topic(&dlq))),
     );
-    wait_until(WAIT, "every partition committed to its end", || async {
-        cluster.committed(&group, &topic, 4).await == vec![20; 4]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[20; 4]).await;
     run.stop().await;
 
     let parked = read_topic(&cluster, &dlq, 1).await;
@@ -823,14 +712,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
 /// original headers survive without the dead-letter ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("spring", 1).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 2).await;
-    let group = unique("g-spring");
-    let base = base_timestamp();
-    produce_records(&cluster, &topic, 1, 5, base, Some((0, 2))).await;
+    let (cluster, topic, dlq, group, base) = setup("spring", 1, 5, Some(2), Some((0, 2))).await;
 
     let handler = |r: Record| async move {
         if r.offset() == 2 {
@@ -850,10 +732,7 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
                 DeadLetter::new().headers(DeadLetterHeaders::SpringKafka),
             )),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5]).await;
     run.stop().await;
 
     let parked = read_topic(&cluster, &dlq, 2).await;
@@ -921,40 +800,21 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
 /// end, and the gauge returns to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers() {
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    const POISON: i64 = 10;
+    let (cluster, topic, dlq, group, _) = setup("dlq-down", 3, 30, Some(1), None).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    const POISON: i64 = 10;
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_millis(100));
-    let topic = cluster.topic("dlq-down", 3).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-dlq-down");
-    produce_records(&cluster, &topic, 3, 30, base_timestamp(), None).await;
+    let (receiver, provider) = wire(Duration::from_millis(100)).await;
     mock.request_errors(
         RDKafkaApiKey::Produce,
         &[RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 10_000],
     );
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if (r.partition(), r.offset()) == (1, POISON) {
-                    return Err(permanent("malformed"));
-                }
-                calls.ok(&r);
-                Ok::<(), fresh_consumer::BoxError>(())
-            }
-        }
-    };
+    let handler = calls.handler(|r, _| {
+        ((r.partition(), r.offset()) == (1, POISON)).then(|| permanent("malformed"))
+    });
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -968,20 +828,19 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     );
     let p1 = partition_attrs(&topic, 1, &group);
     let sent_failed = with(&sent_attrs(&dlq), &[(ERROR_TYPE, "_MSG_TIMED_OUT")]);
-    wait_until(
-        WAIT,
-        "other partitions at their ends, partition 1 at the poison record",
-        || async { cluster.committed(&group, &topic, 3).await == vec![30, POISON, 30] },
-    )
-    .await;
+    cluster
+        .wait_committed(&group, &topic, &[30, POISON, 30])
+        .await;
     wait_until(
         WAIT,
         "partition 1 reported blocked over the wire",
-        || async { point(&receiver, PARTITION_BLOCKED, &p1) == Some(1.0) },
+        || async { receiver.point(PARTITION_BLOCKED, &p1) == Some(1.0) },
     )
     .await;
     wait_until(WAIT, "two failed dead-letter writes counted", || async {
-        point(&receiver, SENT_MESSAGES, &sent_failed).is_some_and(|v| v >= 2.0)
+        receiver
+            .point(SENT_MESSAGES, &sent_failed)
+            .is_some_and(|v| v >= 2.0)
     })
     .await;
     // The record is still neither handled nor parked: nothing moved.
@@ -993,19 +852,14 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     assert_eq!(calls.of(1, POISON), 1, "a permanent error is not retried");
     assert_eq!(calls.of(1, POISON + 1), 0, "nothing after the record ran");
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("writing to the dead-letter topic failed")),
+        logged(&topic, &["writing to the dead-letter topic failed"]),
         "the failed write is logged"
     );
 
     mock.clear_request_errors(RDKafkaApiKey::Produce);
-    wait_until(WAIT, "parked and committed to the end", || async {
-        cluster.committed(&group, &topic, 3).await == vec![30; 3]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[30; 3]).await;
     wait_until(WAIT, "the gauge back to 0", || async {
-        point(&receiver, PARTITION_BLOCKED, &p1) == Some(0.0)
+        receiver.point(PARTITION_BLOCKED, &p1) == Some(0.0)
     })
     .await;
     let summary = run.stop().await;
@@ -1022,17 +876,13 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     );
     assert_eq!(summary.records_succeeded, 89);
     assert_eq!(
-        point(
-            &receiver,
+        receiver.point(
             DEAD_LETTER_MESSAGES,
             &with(&p1, &[(DEAD_LETTER_TOPIC, &dlq)])
         ),
         Some(1.0)
     );
-    assert_eq!(
-        point(&receiver, SENT_MESSAGES, &sent_attrs(&dlq)),
-        Some(1.0)
-    );
+    assert_eq!(receiver.point(SENT_MESSAGES, &sent_attrs(&dlq)), Some(1.0));
 }
 
 // ---------------------------------------------------------------------------
@@ -1046,12 +896,8 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
 /// read that returned before the success; afterwards it reaches the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_policy_holds_the_partition_until_the_record_succeeds() {
-    init();
     const POISON: i64 = 5;
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("block", 2).await;
-    let group = unique("g-block");
-    produce_records(&cluster, &topic, 2, 20, base_timestamp(), None).await;
+    let (cluster, topic, _, group, _) = setup("block", 2, 20, None, None).await;
 
     let calls = Calls::default();
     let success_at: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -1083,10 +929,7 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
             )
             .on_exhausted(OnExhausted::Block),
     );
-    wait_until(WAIT, "both partitions committed to their ends", || async {
-        cluster.committed(&group, &topic, 2).await == vec![20, 20]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[20, 20]).await;
     let samples = sampler.finish();
     let summary = run.stop().await;
 
@@ -1117,9 +960,10 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
         "the sampler never saw the commit held at the record"
     );
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("partition blocked at a record whose attempts ran out")),
+        logged(
+            &topic,
+            &["partition blocked at a record whose attempts ran out"]
+        ),
         "the block is logged"
     );
 }
@@ -1133,32 +977,17 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_is_not_retried() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("permanent", 1).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-permanent");
-    produce_records(&cluster, &topic, 1, 6, base_timestamp(), None).await;
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
+    let (cluster, topic, dlq, group, _) = setup("permanent", 1, 6, Some(1), None).await;
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if r.offset() == 2 {
-                    let e = "twelve".parse::<u32>().unwrap_err();
-                    return Err(permanent(e));
-                }
-                calls.ok(&r);
-                Ok(())
-            }
+    let handler = calls.handler(|r, _| {
+        if r.offset() == 2 {
+            let e = "twelve".parse::<u32>().unwrap_err();
+            return Some(permanent(e));
         }
-    };
+        None
+    });
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -1166,10 +995,7 @@ async fn a_permanent_error_is_not_retried() {
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![6]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[6]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1189,8 +1015,7 @@ async fn a_permanent_error_is_not_retried() {
     );
     let p0 = partition_attrs(&topic, 0, &group);
     assert_eq!(
-        point(
-            &receiver,
+        receiver.point(
             DEAD_LETTER_MESSAGES,
             &with(&p0, &[(DEAD_LETTER_TOPIC, &dlq)])
         ),
@@ -1208,29 +1033,13 @@ async fn a_permanent_error_is_not_retried() {
 /// ERROR, and it records no event age.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_policy_commits_past_and_counts_the_record() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("skip", 2).await;
-    let group = unique("g-skip");
-    produce_records(&cluster, &topic, 2, 10, base_timestamp(), None).await;
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
+    let (cluster, topic, _, group, _) = setup("skip", 2, 10, None, None).await;
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if (r.partition(), r.offset()) == (0, 3) {
-                    return Err(std::io::Error::other("still failing"));
-                }
-                calls.ok(&r);
-                Ok(())
-            }
-        }
-    };
+    let handler = calls.handler(|r, _| {
+        ((r.partition(), r.offset()) == (0, 3)).then(|| std::io::Error::other("still failing"))
+    });
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -1242,10 +1051,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
             .on_exhausted(OnExhausted::SkipAndCommitPast)
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the ends", || async {
-        cluster.committed(&group, &topic, 2).await == vec![10, 10]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[10, 10]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1254,10 +1060,10 @@ async fn skip_policy_commits_past_and_counts_the_record() {
     assert_eq!(summary.records_succeeded, 19);
     let p0 = partition_attrs(&topic, 0, &group);
     let p1 = partition_attrs(&topic, 1, &group);
-    let skipped = metric(&receiver, SKIPPED_MESSAGES);
+    let skipped = receiver.metric(SKIPPED_MESSAGES);
     assert_eq!(number_points(&skipped), vec![(p0.clone(), 1.0)]);
     assert_eq!(skipped.unit, "{message}");
-    assert_eq!(point(&receiver, HANDLER_RETRIES, &p0), Some(2.0));
+    assert_eq!(receiver.point(HANDLER_RETRIES, &p0), Some(2.0));
     assert_eq!(
         event_age_count(&receiver, &p0),
         9,
@@ -1266,9 +1072,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
     assert_eq!(event_age_count(&receiver, &p1), 10);
     assert!(receiver.latest_metric(DEAD_LETTER_MESSAGES).is_none());
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("ERROR") && l.contains("skip policy")),
+        logged(&topic, &["ERROR", "skip policy"]),
         "the skip is logged at ERROR"
     );
 }
@@ -1287,31 +1091,12 @@ async fn skip_policy_commits_past_and_counts_the_record() {
 /// read 1 over the wire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_guard_turns_dead_lettering_into_blocking() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_millis(100));
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("storm", 1).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-storm");
-    produce_records(&cluster, &topic, 1, 100, base_timestamp(), None).await;
+    let (receiver, provider) = wire(Duration::from_millis(100)).await;
+    let (cluster, topic, dlq, group, _) = setup("storm", 1, 100, Some(1), None).await;
 
     let calls = Calls::default();
-    let handler = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if r.offset() % 10 != 0 {
-                    return Err(permanent("dependency returns garbage"));
-                }
-                calls.ok(&r);
-                Ok::<(), fresh_consumer::BoxError>(())
-            }
-        }
-    };
+    let handler = calls
+        .handler(|r, _| (r.offset() % 10 != 0).then(|| permanent("dependency returns garbage")));
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -1328,22 +1113,16 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
             .meter_provider(&provider),
     );
     let p0 = partition_attrs(&topic, 0, &group);
-    let group_attrs = attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, &group),
-    ]);
+    let g = group_attrs(&group);
     wait_until(WAIT, "the storm guard active over the wire", || async {
-        point(&receiver, STORM_GUARD_ACTIVE, &group_attrs) == Some(1.0)
+        receiver.point(STORM_GUARD_ACTIVE, &g) == Some(1.0)
     })
     .await;
     wait_until(WAIT, "partition 0 reported blocked", || async {
-        point(&receiver, PARTITION_BLOCKED, &p0) == Some(1.0)
+        receiver.point(PARTITION_BLOCKED, &p0) == Some(1.0)
     })
     .await;
-    wait_until(WAIT, "committed up to the blocking record", || async {
-        cluster.committed(&group, &topic, 1).await == vec![9]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[9]).await;
     // Blocked, not dead-lettering: further attempts of offset 9 keep failing
     // and nothing more reaches the dead-letter topic.
     wait_until(WAIT, "offset 9 retried while blocked", || async {
@@ -1360,9 +1139,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
         "the guard says so in the log"
     );
     assert!(
-        log_lines_with(&topic)
-            .iter()
-            .any(|l| l.contains("storm_guard=true") && l.contains("partition blocked")),
+        logged(&topic, &["storm_guard=true", "partition blocked"]),
         "the block names the storm guard"
     );
     run.stop().await;
@@ -1388,15 +1165,8 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
 /// consumer keeps handling the records after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, Duration::from_secs(60));
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("panic-timeout", 1).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-panic-timeout");
-    produce_records(&cluster, &topic, 1, 8, base_timestamp(), None).await;
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
+    let (cluster, topic, dlq, group, _) = setup("panic-timeout", 1, 8, Some(1), None).await;
     // Offsets: 1 panics once, 2 hangs once, 3 always panics, 4 always hangs.
     let calls = Calls::default();
     let cancelled = Arc::new(AtomicUsize::new(0));
@@ -1439,10 +1209,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![8]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[8]).await;
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
@@ -1486,7 +1253,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
     );
 
     let p0 = partition_attrs(&topic, 0, &group);
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     assert_eq!(
         histogram_point_with(&process, &process_attrs(&p0, Some("panic"))).count,
         3
@@ -1498,7 +1265,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
         histogram_point_with(&process, &process_attrs(&p0, None)).count,
         6
     );
-    assert_eq!(point(&receiver, HANDLER_RETRIES, &p0), Some(4.0));
+    assert_eq!(receiver.point(HANDLER_RETRIES, &p0), Some(4.0));
     assert_eq!(event_age_count(&receiver, &p0), 6);
 }
 
@@ -1627,40 +1394,20 @@ async fn redrive(bootstrap: &str, dlq: &str, group: &str) -> Vec<(String, i32, i
 /// record is redriven once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("redrive", 2).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-redrive");
-    let base = base_timestamp();
-    produce_records(&cluster, &topic, 2, 5, base, Some((1, 3))).await;
+    let (cluster, topic, dlq, group, base) = setup("redrive", 2, 5, Some(1), Some((1, 3))).await;
 
     // Version 1: cannot handle the record at partition 1, offset 3.
     let calls = Calls::default();
-    let broken = {
-        let calls = calls.clone();
-        move |r: Record| {
-            let calls = calls.clone();
-            async move {
-                calls.call(&r);
-                if r.payload() == Some(payload_of(1, 3).as_bytes()) {
-                    return Err(permanent("unsupported order format"));
-                }
-                calls.ok(&r);
-                Ok::<(), fresh_consumer::BoxError>(())
-            }
-        }
-    };
+    let broken = calls.handler(|r, _| {
+        (r.payload() == Some(payload_of(1, 3).as_bytes()))
+            .then(|| permanent("unsupported order format"))
+    });
     let run = start(
         cluster
             .consumer(&group, &topic, broken)
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
     );
-    wait_until(WAIT, "version 1 committed past everything", || async {
-        cluster.committed(&group, &topic, 2).await == vec![5, 5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5, 5]).await;
     run.stop().await;
     assert_eq!(calls.total_succeeded(), 9);
     assert_eq!(record_count(&cluster, &dlq, 1).await, 1);
@@ -1681,12 +1428,7 @@ async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
         }
     };
     let run = start(cluster.consumer(&group, &topic, fixed));
-    wait_until(
-        WAIT,
-        "version 2 committed past the redriven record",
-        || async { cluster.committed(&group, &topic, 2).await == vec![5, 6] },
-    )
-    .await;
+    cluster.wait_committed(&group, &topic, &[5, 6]).await;
     run.stop().await;
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -1724,11 +1466,7 @@ async fn redrive_round_trips_a_parked_record_to_its_source_topic() {
 /// record is retried and succeeds, and the partition is committed to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("sync-panic", 1).await;
-    let group = unique("g-sync-panic");
-    produce_records(&cluster, &topic, 1, 5, base_timestamp(), None).await;
+    let (cluster, topic, _, group, _) = setup("sync-panic", 1, 5, None, None).await;
     let calls = Calls::default();
     let handler = {
         let calls = calls.clone();
@@ -1745,10 +1483,7 @@ async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
             .consumer(&group, &topic, handler)
             .on_exhausted(OnExhausted::Block),
     );
-    wait_until(WAIT, "committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![5]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[5]).await;
     let summary = run.stop().await;
     assert_eq!(calls.of(0, 2), 2);
     assert_eq!(calls.succeeded(0), vec![0, 1, 2, 3, 4]);
@@ -1767,17 +1502,10 @@ async fn a_handler_panicking_before_it_returns_a_future_is_a_failed_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fatal_dead_letter_producer_is_replaced() {
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let (cluster, topic, dlq, group, _) = setup("dlq-fatal", 1, 10, Some(1), None).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let topic = cluster.topic("dlq-fatal", 1).await;
-    let dlq = format!("{topic}.dlt");
-    create_topic_named(&cluster, &dlq, 1).await;
-    let group = unique("g-dlq-fatal");
-    produce_records(&cluster, &topic, 1, 10, base_timestamp(), None).await;
     mock.request_errors(
         RDKafkaApiKey::Produce,
         &[RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
@@ -1793,18 +1521,13 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
             .consumer(&group, &topic, handler)
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new())),
     );
-    wait_until(WAIT, "parked and committed to the end", || async {
-        cluster.committed(&group, &topic, 1).await == vec![10]
-    })
-    .await;
+    cluster.wait_committed(&group, &topic, &[10]).await;
     run.stop().await;
     let parked = read_topic(&cluster, &dlq, 1).await;
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!(text(&parked[0], dlt::OFFSET), "3");
     assert!(
-        log_lines_with(&dlq)
-            .iter()
-            .any(|l| l.contains("replaced it with a new one")),
+        logged(&dlq, &["replaced it with a new one"]),
         "the replacement is logged"
     );
 }
@@ -1819,10 +1542,9 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
 /// handled, and the commit went past it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
-    init();
+    logs::init();
     let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock cluster's fault injection");
+    let Some(mock) = cluster.mock_or_skip("the mock cluster's fault injection") else {
         return;
     };
     cluster.set_consumer_group_timings(6_000, 200);
@@ -1844,7 +1566,7 @@ async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
     // error event waits in the queue and is read in a batch afterwards (an
     // idle worker takes a lone event through the single-message path).
     let (open, gate) = tokio::sync::watch::channel(false);
-    let start = || {
+    let member = || {
         let handled = Arc::clone(&handled);
         let gate = gate.clone();
         let c = cluster
@@ -1862,12 +1584,9 @@ async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
             // Keeps the records produced after the error unfetched until
             // the rebalance has paused and resumed the partitions.
             .set("fetch.error.backoff.ms", "5000");
-        let health = c.health_handle();
-        let stop = CancellationToken::new();
-        let run = tokio::spawn(c.run_until(stop.clone().cancelled_owned()));
-        (health, stop, run)
+        start(c)
     };
-    let (health_a, stop_a, run_a) = start();
+    let a = member();
     wait_until(
         WAIT,
         "A is in the handler of offset 2 on both partitions",
@@ -1898,19 +1617,13 @@ async fn a_fetch_error_before_an_incremental_rebalance_skips_no_record() {
     )
     .await;
     produce(3, 5).await;
-    let (health_b, stop_b, run_b) = start();
+    let b = member();
     wait_until(WAIT, "one partition each", || async {
-        health_a.snapshot().partitions.len() == 1 && health_b.snapshot().partitions.len() == 1
+        a.health.snapshot().partitions.len() == 1 && b.health.snapshot().partitions.len() == 1
     })
     .await;
-    wait_until(WAIT, "both partitions committed to the new end", || async {
-        cluster.committed(&group, &topic, 2).await == vec![5, 5]
-    })
-    .await;
-    stop_a.cancel();
-    stop_b.cancel();
-    run_a.await.unwrap().unwrap();
-    run_b.await.unwrap().unwrap();
+    cluster.wait_committed(&group, &topic, &[5, 5]).await;
+    tokio::join!(a.stop(), b.stop());
     let handled = handled.lock().unwrap();
     for p in 0..2 {
         let offsets: Vec<i64> = handled

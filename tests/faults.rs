@@ -9,179 +9,40 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::{Record, TopicPartition};
-use support::kafka::{TestCluster, unique, wait_until};
-use tokio_util::sync::CancellationToken;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use fresh_consumer::Record;
+
+use support::handled::Seen;
+use support::kafka::{TestCluster, summary_committed, tp, unique};
+use support::logs;
+use support::run::start;
+use support::wait::wait_until;
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// Everything any test of this binary logged, at TRACE level for every target
-/// (librdkafka's log lines included), as formatted text.
-fn captured_logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(Arc::default)
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs, once per test binary, a global subscriber with two layers: the
-/// usual test output (RUST_LOG, default `warn,fresh_consumer=info`) and a
-/// capture of everything at TRACE into [`captured_logs`]. It is global (not
-/// thread-local) because librdkafka logs from its own threads and the engine
-/// from its committer and close threads. It also bridges the `log` crate, so
-/// rdkafka's `ClientConfig::new()` picks librdkafka's debug log level.
+/// Every test of this binary captures everything at TRACE (librdkafka's log
+/// lines included): the secrets tests search all of it.
 fn init() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let buf = Arc::clone(captured_logs());
-        let capture = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || Capture(Arc::clone(&buf)))
-            .with_filter(tracing_subscriber::filter::LevelFilter::TRACE);
-        let console = tracing_subscriber::fmt::layer()
-            .with_test_writer()
-            .with_filter(
-                EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-            );
-        let _ = tracing_subscriber::registry()
-            .with(capture)
-            .with(console)
-            .try_init();
-    });
+    logs::init_everything();
 }
 
-/// Offsets whose handler succeeded, per partition, in the order they succeeded.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<BTreeMap<i32, Vec<i64>>>>);
-
-impl Seen {
-    fn push(&self, partition: i32, offset: i64) {
-        self.0
-            .lock()
-            .unwrap()
-            .entry(partition)
-            .or_default()
-            .push(offset);
-    }
-    fn total(&self) -> usize {
-        self.0.lock().unwrap().values().map(Vec::len).sum()
-    }
-    fn snapshot(&self) -> BTreeMap<i32, Vec<i64>> {
-        self.0.lock().unwrap().clone()
-    }
-    /// Every offset `0..counts[p]` of every partition succeeded exactly once,
-    /// in offset order.
-    fn assert_exactly_once_in_order(&self, counts: &[i64]) {
-        let seen = self.snapshot();
-        for (p, &n) in counts.iter().enumerate() {
-            let got = seen.get(&(p as i32)).cloned().unwrap_or_default();
-            let want: Vec<i64> = (0..n).collect();
-            if got != want {
-                let first_bad = got
-                    .iter()
-                    .zip(&want)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(got.len().min(want.len()));
-                panic!(
-                    "partition {p}: {} records succeeded, expected offsets 0..{n} once each in order; \
-                     first difference at index {first_bad}: got {:?}",
-                    got.len(),
-                    &got[first_bad.saturating_sub(2)..(first_bad + 3).min(got.len())]
-                );
-            }
-        }
-    }
-    /// Every offset `0..counts[p]` of every partition succeeded at least once.
-    fn assert_at_least_once(&self, counts: &[i64]) {
-        let seen = self.snapshot();
-        for (p, &n) in counts.iter().enumerate() {
-            let mut got = seen.get(&(p as i32)).cloned().unwrap_or_default();
-            got.sort_unstable();
-            got.dedup();
-            assert_eq!(
-                got,
-                (0..n).collect::<Vec<_>>(),
-                "partition {p}: not every offset below {n} succeeded"
-            );
-        }
-    }
-}
-
-fn tp(topic: &str, partition: i32) -> TopicPartition {
-    TopicPartition {
-        topic: topic.to_owned(),
-        partition,
-    }
-}
-
-type Ready = std::future::Ready<Result<(), std::io::Error>>;
-
-/// A handler that records every record as succeeded.
-fn recorder(seen: &Seen) -> impl Fn(Record) -> Ready + Send + Sync + 'static {
-    let seen = seen.clone();
-    move |r: Record| {
-        seen.push(r.partition(), r.offset());
-        std::future::ready(Ok(()))
-    }
-}
-
-/// Waits until the group's committed offsets for partitions `0..want.len()`
-/// equal `want`; at the deadline, panics with what was handled and committed.
-async fn wait_committed(
-    cluster: &TestCluster,
-    group: &str,
-    topic: &str,
-    want: &[i64],
-    seen: &Seen,
-    timeout: Duration,
-) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = cluster.committed(group, topic, want.len() as i32).await;
-        if got == want {
-            return;
-        }
-        if Instant::now() > deadline {
-            let handled: Vec<(i32, usize, Option<i64>)> = seen
-                .snapshot()
-                .iter()
-                .map(|(p, v)| (*p, v.len(), v.last().copied()))
-                .collect();
-            panic!(
-                "timed out after {timeout:?} waiting for committed offsets {want:?}: committed {got:?}; \
-                 handled (partition, records, last offset): {handled:?}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The captured log text written since byte `from`.
-fn logs_since(from: usize) -> String {
-    String::from_utf8_lossy(&captured_logs().lock().unwrap()[from..]).into_owned()
+/// [`init`], a cluster, a topic `{prefix}-…` with `per_partition` records in
+/// each of its `partitions` partitions, and a group `g-{prefix}-…`.
+async fn setup(
+    prefix: &str,
+    partitions: i32,
+    per_partition: usize,
+) -> (TestCluster, String, String) {
+    init();
+    let (cluster, topic, group) = TestCluster::with_topic(prefix, partitions).await;
+    cluster
+        .produce_many(&topic, partitions, per_partition)
+        .await;
+    (cluster, topic, group)
 }
 
 /// An error's `Display` and `Debug` output and its whole source chain.
@@ -205,15 +66,10 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 /// the broker acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let (cluster, topic, group) = setup("down-shutdown", 3, 50).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let topic = cluster.topic("down-shutdown", 3).await;
-    let group = unique("g-down-shutdown");
-    cluster.produce_many(&topic, 3, 50).await;
 
     // Partition 0 holds its records from offset 40 until released.
     let (release, released) = tokio::sync::watch::channel(false);
@@ -226,28 +82,26 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
                 if r.partition() == 0 && r.offset() >= 40 {
                     let _ = released.wait_for(|r| *r).await;
                 }
-                seen.push(r.partition(), r.offset());
+                seen.push(&r);
                 Ok::<(), std::io::Error>(())
             }
         }
     };
     let timeout = Duration::from_secs(3);
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .shutdown_timeout(timeout)
-            .run_until(stop.clone().cancelled_owned()),
+            .shutdown_timeout(timeout),
     );
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &[40, 50, 50],
-        &seen,
-        Duration::from_secs(20),
-    )
-    .await;
+    cluster
+        .wait_committed_showing(
+            &group,
+            &topic,
+            &[40, 50, 50],
+            Duration::from_secs(20),
+            &seen,
+        )
+        .await;
 
     mock.broker_down(1).expect("broker down");
     release.send(true).unwrap();
@@ -259,8 +113,7 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
     .await;
 
     let started = Instant::now();
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    let summary = run.stop().await;
     let took = started.elapsed();
     eprintln!("shutdown with the broker down took {took:?}: {summary:?}");
     assert!(
@@ -270,9 +123,10 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
     assert_eq!(summary.records_succeeded, 150);
     seen.assert_exactly_once_in_order(&[50, 50, 50]);
     // The broker never acknowledged p0 past 40: the summary must not claim it.
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&40));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&50));
-    assert_eq!(summary.committed.get(&tp(&topic, 2)), Some(&50));
+    assert_eq!(
+        summary_committed(&summary, &topic, 3),
+        [Some(40), Some(50), Some(50)]
+    );
     assert!(
         summary.shutdown_timed_out,
         "the final commit could not reach the broker, yet shutdown says it finished in time"
@@ -300,38 +154,19 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
 /// only committing) goes through the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_and_back_mid_stream_loses_nothing() {
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let (cluster, topic, group) = setup("down-up", 3, 1_000).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let topic = cluster.topic("down-up", 3).await;
-    let group = unique("g-down-up");
-    cluster.produce_many(&topic, 3, 1_000).await;
 
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            let seen = seen.clone();
-            async move {
-                if r.offset() % 4 == 0 {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                seen.push(r.partition(), r.offset());
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let handler = seen.slow_recorder(|r| r.offset() % 4 == 0);
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(20)
             .set("reconnect.backoff.ms", "50")
-            .set("reconnect.backoff.max.ms", "200")
-            .run_until(stop.clone().cancelled_owned()),
+            .set("reconnect.backoff.max.ms", "200"),
     );
     wait_until(Duration::from_secs(20), "300 records handled", || async {
         seen.total() >= 300
@@ -346,23 +181,14 @@ async fn broker_down_and_back_mid_stream_loses_nothing() {
 
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![1_000; 3]);
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &hw,
-        &seen,
-        Duration::from_secs(30),
-    )
-    .await;
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    cluster
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .await;
+    let summary = run.stop().await;
     eprintln!("handled {down_at} before the outage, {during} during it; {summary:?}");
     seen.assert_at_least_once(&hw);
     assert!(summary.records_succeeded >= 3_000);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&1_000));
-    }
+    assert_eq!(summary_committed(&summary, &topic, 3), [Some(1_000); 3]);
     assert!(!summary.shutdown_timed_out);
 }
 
@@ -384,15 +210,10 @@ async fn failing_offset_commits_are_retried_and_counted() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::*;
 
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let (cluster, topic, group) = setup("commit-errors", 3, 300).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let topic = cluster.topic("commit-errors", 3).await;
-    let group = unique("g-commit-errors");
-    cluster.produce_many(&topic, 3, 300).await;
     mock.request_errors(
         RDKafkaApiKey::OffsetCommit,
         &[
@@ -405,41 +226,20 @@ async fn failing_offset_commits_are_retried_and_counted() {
     );
 
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            let seen = seen.clone();
-            async move {
-                if r.offset() % 10 == 0 {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                seen.push(r.partition(), r.offset());
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let handler = seen.slow_recorder(|r| r.offset() % 10 == 0);
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             // UNKNOWN_MEMBER_ID makes librdkafka rejoin as a new member; the
             // mock group waits for the old member's session to expire.
             .set("session.timeout.ms", "2000")
-            .set("heartbeat.interval.ms", "200")
-            .run_until(stop.clone().cancelled_owned()),
+            .set("heartbeat.interval.ms", "200"),
     );
     let hw = vec![300; 3];
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &hw,
-        &seen,
-        Duration::from_secs(30),
-    )
-    .await;
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    cluster
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .await;
+    let summary = run.stop().await;
     eprintln!("{summary:?}");
     seen.assert_at_least_once(&hw);
     assert!(
@@ -447,9 +247,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
         "injected OffsetCommit errors are not visible: {summary:?}"
     );
     assert!(summary.commits > 0);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&300));
-    }
+    assert_eq!(summary_committed(&summary, &topic, 3), [Some(300); 3]);
 }
 
 // ---------------------------------------------------------------------------
@@ -461,11 +259,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
 /// handled once, in order, and committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("panic", 2).await;
-    let group = unique("g-panic");
-    cluster.produce_many(&topic, 2, 20).await;
+    let (cluster, topic, group) = setup("panic", 2, 20).await;
 
     let attempts: Arc<Mutex<BTreeMap<(i32, i64), u32>>> = Arc::default();
     let seen = Seen::default();
@@ -483,36 +277,23 @@ async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
                 if r.partition() == 0 && r.offset() == 7 && n == 1 {
                     panic!("injected panic on the first attempt of offset 7");
                 }
-                seen.push(r.partition(), r.offset());
+                seen.push(&r);
                 Ok::<(), std::io::Error>(())
             }
         }
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, handler)
-            .run_until(stop.clone().cancelled_owned()),
-    );
+    let run = start(cluster.consumer(&group, &topic, handler));
     let hw = cluster.high_watermarks(&topic, 2).await;
     assert_eq!(hw, vec![20, 20]);
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &hw,
-        &seen,
-        Duration::from_secs(20),
-    )
-    .await;
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until after a handler panic");
+    cluster
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(20), &seen)
+        .await;
+    let summary = run.finish().await.expect("run_until after a handler panic");
     seen.assert_exactly_once_in_order(&hw);
     assert_eq!(attempts.lock().unwrap().get(&(0, 7)), Some(&2));
     assert_eq!(summary.failed_attempts, 1, "{summary:?}");
     assert_eq!(summary.records_succeeded, 40);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&20));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&20));
+    assert_eq!(summary_committed(&summary, &topic, 2), [Some(20), Some(20)]);
 }
 
 // ---------------------------------------------------------------------------
@@ -537,55 +318,33 @@ async fn backpressure_through_the_hand_over_keeps_order_and_loses_nothing() {
 
 async fn backpressure(split: bool) {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("backpressure", 3).await;
-    let group = unique("g-backpressure");
+    let (cluster, topic, group) = TestCluster::with_topic("backpressure", 3).await;
     let per_partition = 2_000;
     cluster.produce_many(&topic, 3, per_partition).await;
 
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            let seen = seen.clone();
-            async move {
-                // Partition 0 is slow-ish; partitions 1 and 2 are as fast as
-                // the engine.
-                if r.partition() == 0 && r.offset() % 5 == 0 {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                seen.push(r.partition(), r.offset());
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    // Partition 0 is slow-ish; partitions 1 and 2 are as fast as
+    // the engine.
+    let handler = seen.slow_recorder(|r| r.partition() == 0 && r.offset() % 5 == 0);
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(10)
-            .split_partition_queues(split)
-            .run_until(stop.clone().cancelled_owned()),
+            .split_partition_queues(split),
     );
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![per_partition as i64; 3]);
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &hw,
-        &seen,
-        Duration::from_secs(30),
-    )
-    .await;
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    cluster
+        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
+        .await;
+    let summary = run.stop().await;
     seen.assert_exactly_once_in_order(&hw);
     assert_eq!(summary.records_succeeded, 3 * per_partition as u64);
     assert_eq!(summary.failed_attempts, 0);
-    for p in 0..3 {
-        assert_eq!(summary.committed.get(&tp(&topic, p)), Some(&hw[p as usize]));
-    }
+    assert_eq!(
+        summary_committed(&summary, &topic, 3),
+        hw.iter().copied().map(Some).collect::<Vec<_>>()
+    );
 }
 
 /// Through the poll loop's hand-over (`split_partition_queues(false)`, or a
@@ -603,11 +362,7 @@ async fn backpressure(split: bool) {
 /// stalls were ~0.9 s each and cut key-ordered throughput by 5x.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_partition_is_fetched_again_at_once() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("resume-stall", 1).await;
-    let group = unique("g-resume-stall");
-    cluster.produce_many(&topic, 1, 400).await;
+    let (cluster, topic, group) = setup("resume-stall", 1, 400).await;
     let seen = Seen::default();
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let handler = {
@@ -617,27 +372,24 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
             async move {
                 calls.lock().unwrap().push(Instant::now());
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                seen.push(r.partition(), r.offset());
+                seen.push(&r);
                 Ok::<(), std::io::Error>(())
             }
         }
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(40)
             .split_partition_queues(false)
             .set("heartbeat.interval.ms", "2000")
-            .set("topic.metadata.refresh.interval.ms", "60000")
-            .run_until(stop.clone().cancelled_owned()),
+            .set("topic.metadata.refresh.interval.ms", "60000"),
     );
     wait_until(Duration::from_secs(40), "400 records handled", || async {
         seen.total() >= 400
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    let summary = run.stop().await;
     seen.assert_exactly_once_in_order(&[400]);
     assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&400));
     let calls = calls.lock().unwrap();
@@ -662,38 +414,24 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
 /// and shutdown returns.
 #[tokio::test]
 async fn works_on_a_current_thread_runtime() {
-    init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("current-thread", 2).await;
-    let group = unique("g-current-thread");
-    cluster.produce_many(&topic, 2, 100).await;
+    let (cluster, topic, group) = setup("current-thread", 2, 100).await;
 
     let seen = Seen::default();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, recorder(&seen))
-            .run_until(stop.clone().cancelled_owned()),
-    );
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &[100, 100],
-        &seen,
-        Duration::from_secs(20),
-    )
-    .await;
+    let run = start(cluster.consumer(&group, &topic, seen.recorder()));
+    cluster
+        .wait_committed_showing(&group, &topic, &[100, 100], Duration::from_secs(20), &seen)
+        .await;
     let started = Instant::now();
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    let summary = run.stop().await;
     let took = started.elapsed();
     assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
     assert!(!summary.shutdown_timed_out, "{summary:?}");
     seen.assert_exactly_once_in_order(&[100, 100]);
     assert_eq!(summary.records_succeeded, 200);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&100));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&100));
+    assert_eq!(
+        summary_committed(&summary, &topic, 2),
+        [Some(100), Some(100)]
+    );
 }
 
 /// Everything is committed before the broker goes down, so only leaving the
@@ -702,38 +440,24 @@ async fn works_on_a_current_thread_runtime() {
 /// waited until the deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_the_broker_down_and_nothing_pending() {
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    let (cluster, topic, group) = setup("down-idle", 2, 30).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let topic = cluster.topic("down-idle", 2).await;
-    let group = unique("g-down-idle");
-    cluster.produce_many(&topic, 2, 30).await;
     let seen = Seen::default();
     let timeout = Duration::from_secs(3);
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
-            .consumer(&group, &topic, recorder(&seen))
-            .shutdown_timeout(timeout)
-            .run_until(stop.clone().cancelled_owned()),
+            .consumer(&group, &topic, seen.recorder())
+            .shutdown_timeout(timeout),
     );
-    wait_committed(
-        &cluster,
-        &group,
-        &topic,
-        &[30, 30],
-        &seen,
-        Duration::from_secs(20),
-    )
-    .await;
+    cluster
+        .wait_committed_showing(&group, &topic, &[30, 30], Duration::from_secs(20), &seen)
+        .await;
     mock.broker_down(1).expect("broker down");
 
     let started = Instant::now();
-    stop.cancel();
-    let summary = run.await.unwrap().expect("run_until");
+    let summary = run.stop().await;
     let took = started.elapsed();
     eprintln!("idle shutdown with the broker down took {took:?}: {summary:?}");
     assert!(
@@ -749,8 +473,7 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
         assert!(took < timeout, "took {took:?}");
     }
     seen.assert_exactly_once_in_order(&[30, 30]);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&30));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&30));
+    assert_eq!(summary_committed(&summary, &topic, 2), [Some(30), Some(30)]);
     mock.broker_up(1).expect("broker up");
 }
 
@@ -766,17 +489,15 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_stay_out_of_debug_output_logs_and_errors() {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("secrets", 1).await;
-    let group = unique("g-secrets");
+    let (cluster, topic, group) = TestCluster::with_topic("secrets", 1).await;
     cluster.produce(&topic, 0, "k", "v", None).await;
     let secret = unique("pw-Zq9xK2");
     let client_id = unique("secret-client");
-    let from = captured_logs().lock().unwrap().len();
+    let from = logs::mark();
 
     let seen = Seen::default();
     let consumer = cluster
-        .consumer(&group, &topic, recorder(&seen))
+        .consumer(&group, &topic, seen.recorder())
         .set("client.id", &client_id)
         .set("security.protocol", "SASL_PLAINTEXT")
         .set("sasl.mechanisms", "PLAIN")
@@ -790,24 +511,22 @@ async fn secrets_stay_out_of_debug_output_logs_and_errors() {
         "{dbg}"
     );
 
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    let run = start(consumer);
     // Until librdkafka has tried to authenticate (and failed, on the mock
     // broker), or a record was handled (a cluster that took the credentials).
     wait_until(
         Duration::from_secs(15),
         "an authentication attempt",
-        || async { seen.total() > 0 || logs_since(from).contains("Authentication") },
+        || async { seen.total() > 0 || logs::text_since(from).contains("Authentication") },
     )
     .await;
-    stop.cancel();
-    let outcome = match run.await.unwrap() {
+    let outcome = match run.finish().await {
         Ok(summary) => format!("{summary:?}"),
         Err(e) => error_text(&e),
     };
     assert!(!outcome.contains(&secret), "{outcome}");
 
-    let logs = logs_since(from);
+    let logs = logs::text_since(from);
     assert!(
         logs.contains(&client_id) && logs.contains("sasl.mechanisms = PLAIN"),
         "the capture must hold this consumer's librdkafka debug output (configuration dump included)"
@@ -825,7 +544,7 @@ async fn configuration_errors_come_back_from_run_until() {
     init();
     let seen = Seen::default();
     let base = || {
-        FreshConsumer::new(recorder(&seen))
+        FreshConsumer::new(seen.recorder())
             .bootstrap_servers("127.0.0.1:1")
             .topics(["t"])
     };
@@ -889,32 +608,28 @@ async fn configuration_errors_come_back_from_run_until() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_oauthbearer_config_is_not_echoed_into_logs() {
     init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("oauth-echo", 1).await;
-    let group = unique("g-oauth-echo");
+    let (cluster, topic, group) = TestCluster::with_topic("oauth-echo", 1).await;
     let secret = unique("oauth-Zq9xK2");
-    let from = captured_logs().lock().unwrap().len();
+    let from = logs::mark();
     let seen = Seen::default();
     let consumer = cluster
-        .consumer(&group, &topic, recorder(&seen))
+        .consumer(&group, &topic, seen.recorder())
         .set("security.protocol", "SASL_PLAINTEXT")
         .set("sasl.mechanisms", "OAUTHBEARER")
         .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
         .set("sasl.oauthbearer.config", format!("principal=u {secret}"))
         .set("debug", "security,conf");
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    let run = start(consumer);
     wait_until(Duration::from_secs(15), "the token error", || async {
-        logs_since(from).contains("Unrecognized sasl.oauthbearer.config")
+        logs::text_since(from).contains("Unrecognized sasl.oauthbearer.config")
     })
     .await;
-    stop.cancel();
-    let outcome = match run.await.unwrap() {
+    let outcome = match run.finish().await {
         Ok(summary) => format!("{summary:?}"),
         Err(e) => error_text(&e),
     };
     assert!(!outcome.contains(&secret), "{outcome}");
-    let logs = logs_since(from);
+    let logs = logs::text_since(from);
     let leaks: Vec<&str> = logs.lines().filter(|l| l.contains(&secret)).collect();
     assert!(leaks.is_empty(), "the secret was logged: {leaks:#?}");
 }

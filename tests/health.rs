@@ -11,110 +11,52 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{
-    ConsumerState, FreshConsumer, Handler, HealthHandle, HealthReason, HealthSnapshot,
-    HealthStatus, HealthThresholds, OnExhausted, PartitionStatus, Record, RetentionOverrunPolicy,
-    RetryPolicy, RunError, RunSummary,
+    ConsumerState, HealthReason, HealthStatus, HealthThresholds, OnExhausted, PartitionStatus,
+    Record, RetentionOverrunPolicy, RetryPolicy,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::producer::FutureRecord;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{Layer, filter};
 
-use support::kafka::{TestCluster, now_ms, unique, wait_until};
-use support::otlp_receiver::{OtlpReceiver, attrs, number_points, sum_total_matching};
+use support::handled::Seen;
+use support::kafka::{TestCluster, now_ms, unique};
+use support::logs;
+use support::metrics::{Attrs, group_attrs, partition_attrs, with};
+use support::otlp_receiver::OtlpReceiver;
+use support::run::{Running, start, wait_snapshot};
+use support::wait::{WAIT, wait_until};
 
-const WAIT: Duration = Duration::from_secs(15);
-type Attrs = BTreeMap<String, String>;
-
-// ---------------------------------------------------------------------------
-// Log capture
-// ---------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-struct Captured {
-    level: tracing::Level,
-    message: String,
-    fields: String,
-}
-
-fn captured() -> &'static Mutex<Vec<Captured>> {
-    static CAPTURED: OnceLock<Mutex<Vec<Captured>>> = OnceLock::new();
-    CAPTURED.get_or_init(Mutex::default)
-}
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    rest: String,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.rest, "{}={value:?} ", field.name());
-        }
-    }
-}
-
-struct Capture;
-
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        captured().lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            message: fields.message,
-            fields: fields.rest,
-        });
-    }
-}
-
-fn init() {
-    let capture = Capture.with_filter(filter::filter_fn(|m| {
-        m.target().starts_with("fresh_consumer") && *m.level() <= tracing::Level::INFO
-    }));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_test_writer()
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-        );
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(capture)
-        .try_init();
-}
-
-/// Library log events containing `needle` in their message or fields.
-fn logged(level: tracing::Level, needle: &str) -> Vec<Captured> {
-    captured()
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c.level == level && (c.message.contains(needle) || c.fields.contains(needle)))
-        .cloned()
-        .collect()
+/// Library log events of `level` containing `needle` in their message or
+/// fields.
+fn logged(level: tracing::Level, needle: &str) -> Vec<logs::Event> {
+    logs::events(|e| e.is_library() && e.level == level && e.mentions(needle))
 }
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
+
+/// The log capture, an OTLP receiver and a provider exporting to it every
+/// 200 ms.
+async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
+    logs::init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    (receiver, provider)
+}
+
+/// Stops the consumer, then shuts the provider down (its last export).
+async fn stop_and_flush(run: Running, provider: &SdkMeterProvider) {
+    run.stop().await;
+    let _ = otlp::shutdown(provider, Duration::from_secs(5)).await;
+}
 
 /// A provider exporting to `receiver` every 200 ms.
 fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
@@ -124,71 +66,6 @@ fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
         .with_service_name("health-test")
         .build()
         .expect("provider")
-}
-
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-    health: HealthHandle,
-}
-
-fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
-    let health = consumer.health_handle();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task, health }
-}
-
-impl Running {
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task.await.expect("run_until task").expect("run_until")
-    }
-}
-
-fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
-    let p = partition.to_string();
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_DESTINATION_NAME, topic),
-        (MESSAGING_DESTINATION_PARTITION_ID, &p),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
-fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
-    let mut a = base.clone();
-    a.extend(attrs(extra));
-    a
-}
-
-/// The latest exported value of gauge `name` with exactly these attributes.
-fn gauge(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> Option<f64> {
-    let m = receiver.latest_metric(name)?;
-    number_points(&m)
-        .into_iter()
-        .find(|(a, _)| a == wanted)
-        .map(|(_, v)| v)
-}
-
-/// Waits until the snapshot satisfies `cond`; returns it.
-async fn wait_snapshot(
-    health: &HealthHandle,
-    timeout: Duration,
-    what: &str,
-    cond: impl Fn(&HealthSnapshot) -> bool,
-) -> HealthSnapshot {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = health.snapshot();
-        if cond(&s) {
-            return s;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}; last snapshot:\n{s}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A gate handlers wait on until it opens.
@@ -208,27 +85,6 @@ impl Gate {
     fn open(&self) {
         self.0.0.store(true, Ordering::Release);
         self.0.1.notify_waiters();
-    }
-}
-
-/// Offsets each partition's handler saw, in order.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<BTreeMap<i32, Vec<i64>>>>);
-
-impl Seen {
-    fn push(&self, r: &Record) {
-        self.0
-            .lock()
-            .unwrap()
-            .entry(r.partition())
-            .or_default()
-            .push(r.offset());
-    }
-    fn of(&self, p: i32) -> Vec<i64> {
-        self.0.lock().unwrap().get(&p).cloned().unwrap_or_default()
-    }
-    fn count(&self, p: i32) -> usize {
-        self.0.lock().unwrap().get(&p).map_or(0, Vec::len)
     }
 }
 
@@ -317,12 +173,8 @@ fn fast_thresholds() -> HealthThresholds {
 /// handled, both ages are 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_without_an_age() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("count-age", 2).await;
-    let group = unique("g-count-age");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("count-age", 2).await;
     let old = now_ms() - 60_000;
     for i in 0..20 {
         cluster
@@ -352,13 +204,17 @@ async fn a_count_without_an_age() {
     let p1 = partition_attrs(&topic, 1, &group);
     let committed = [(LAG_POSITION, "committed")];
     wait_until(WAIT, "both lags at 20 over the wire", || async {
-        gauge(&receiver, PARTITION_LAG, &with(&p0, &committed)) == Some(20.0)
-            && gauge(&receiver, PARTITION_LAG, &with(&p1, &committed)) == Some(20.0)
+        receiver.point(PARTITION_LAG, &with(&p0, &committed)) == Some(20.0)
+            && receiver.point(PARTITION_LAG, &with(&p1, &committed)) == Some(20.0)
     })
     .await;
     let (a0, a1) = (
-        gauge(&receiver, PARTITION_HEAD_AGE, &p0).expect("head age p0"),
-        gauge(&receiver, PARTITION_HEAD_AGE, &p1).expect("head age p1"),
+        receiver
+            .point(PARTITION_HEAD_AGE, &p0)
+            .expect("head age p0"),
+        receiver
+            .point(PARTITION_HEAD_AGE, &p1)
+            .expect("head age p1"),
     );
     eprintln!("head ages over the wire: p0 {a0:.2} s, p1 {a1:.2} s");
     assert!((59.0..70.0).contains(&a0), "p0 head age {a0}");
@@ -383,12 +239,11 @@ async fn a_count_without_an_age() {
     .await;
     assert_eq!(s.status, HealthStatus::Healthy, "{s}");
     wait_until(WAIT, "head ages 0 over the wire", || async {
-        gauge(&receiver, PARTITION_HEAD_AGE, &p0) == Some(0.0)
-            && gauge(&receiver, PARTITION_HEAD_AGE, &p1) == Some(0.0)
+        receiver.point(PARTITION_HEAD_AGE, &p0) == Some(0.0)
+            && receiver.point(PARTITION_HEAD_AGE, &p1) == Some(0.0)
     })
     .await;
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -401,28 +256,14 @@ async fn a_count_without_an_age() {
 /// library never sums) and in the snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("hot", 3).await;
-    let group = unique("g-hot");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("hot", 3).await;
     // 90 % (10,800) on partition 0, 600 on each of the others.
     produce_bulk(&cluster, &topic, 0, 10_800, 50).await;
     produce_bulk(&cluster, &topic, 1, 600, 50).await;
     produce_bulk(&cluster, &topic, 2, 600, 50).await;
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            let seen = seen.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                seen.push(&r);
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
+    let handler = seen.slow_recorder(|_| true);
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -434,21 +275,23 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
         WAIT,
         "the small partitions at lag 0 over the wire",
         || async {
-            gauge(&receiver, PARTITION_LAG, &with(&pa[1], &committed)) == Some(0.0)
-                && gauge(&receiver, PARTITION_LAG, &with(&pa[2], &committed)) == Some(0.0)
+            receiver.point(PARTITION_LAG, &with(&pa[1], &committed)) == Some(0.0)
+                && receiver.point(PARTITION_LAG, &with(&pa[2], &committed)) == Some(0.0)
         },
     )
     .await;
-    let hot = gauge(&receiver, PARTITION_LAG, &with(&pa[0], &committed)).unwrap();
+    let hot = receiver
+        .point(PARTITION_LAG, &with(&pa[0], &committed))
+        .unwrap();
     eprintln!(
         "small partitions drained; hot lag over the wire {hot}, hot handled {}",
         seen.count(0)
     );
     assert!(hot > 1_000.0, "the hot partition carries the lag: {hot}");
     for p in [1, 2] {
-        assert_eq!(gauge(&receiver, PARTITION_HEAD_AGE, &pa[p]), Some(0.0));
+        assert_eq!(receiver.point(PARTITION_HEAD_AGE, &pa[p]), Some(0.0));
     }
-    assert!(gauge(&receiver, PARTITION_HEAD_AGE, &pa[0]).unwrap() > 0.0);
+    assert!(receiver.point(PARTITION_HEAD_AGE, &pa[0]).unwrap() > 0.0);
     let s = run.health.snapshot();
     eprintln!("{s}");
     let hot = s.partition(&topic, 0).unwrap();
@@ -459,8 +302,7 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
         assert_eq!((r.lag, r.head_age), (Some(0), Duration::ZERO), "{r:?}");
         assert_eq!(r.status, PartitionStatus::Ok);
     }
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -473,12 +315,8 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
 /// interval stays flat (the poll loop never waits for handlers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("slow-dep", 1).await;
-    let group = unique("g-slow-dep");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("slow-dep", 1).await;
     let latency_ms = Arc::new(AtomicU64::new(1));
     let handler = {
         let latency_ms = Arc::clone(&latency_ms);
@@ -571,8 +409,7 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
     assert!(batch_slow >= 1.0, "{batch_slow}");
     // Flat: no gap beyond the idle poll tick (plus scheduling slack).
     assert!(gaps < 1.5, "poll gap max {gaps}");
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 fn batch_max(receiver: &OtlpReceiver, p: &Attrs) -> f64 {
@@ -592,10 +429,7 @@ fn batch_max(receiver: &OtlpReceiver, p: &Attrs) -> f64 {
 
 fn poll_max(receiver: &OtlpReceiver, group: &str) -> f64 {
     use support::otlp_receiver::histogram_points;
-    let g = attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ]);
+    let g = group_attrs(group);
     receiver
         .latest_metric(POLL_INTERVAL)
         .map(|m| {
@@ -621,25 +455,16 @@ fn poll_max(receiver: &OtlpReceiver, group: &str) -> f64 {
 async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
-    init();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("rejoin", 1).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let topic = cluster.topic("rejoin", 1).await;
-    let group = unique("g-rejoin");
     cluster.produce(&topic, 0, "k", "v", None).await;
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            seen.push(&r);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        }
-    };
+    let handler = seen.recorder();
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -673,16 +498,9 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
         line.fields.contains(s.member_id.as_deref().unwrap()),
         "{line:?}"
     );
-    let g = attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, &group),
-    ]);
-    let count = |kind: &str| {
-        sum_total_matching(
-            receiver.latest_metric(REBALANCES).as_ref(),
-            &with(&g, &[(REBALANCE_TYPE, kind)]),
-        )
-    };
+    let g = group_attrs(&group);
+    let count =
+        |kind: &str| receiver.counter_total(REBALANCES, &with(&g, &[(REBALANCE_TYPE, kind)]));
     wait_until(WAIT, "rebalances over the wire", || async {
         count("assigned") >= 2.0 && count("lost") + count("revoked") >= 1.0
     })
@@ -694,12 +512,11 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
         count("lost") + 0.0
     );
     assert_eq!(
-        gauge(&receiver, ASSIGNMENT_SIZE, &g),
+        receiver.point(ASSIGNMENT_SIZE, &g),
         Some(1.0),
         "assignment size"
     );
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -713,12 +530,8 @@ async fn a_forced_rejoin_is_counted_and_its_member_id_change_logged() {
 /// blocked by a failing record), and the other partitions are OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("stuck", 3).await;
-    let group = unique("g-stuck");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("stuck", 3).await;
     cluster.produce_many(&topic, 3, 20).await;
     let failing_since: Arc<Mutex<Option<Instant>>> = Arc::default();
     let handler = {
@@ -790,24 +603,20 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     // Over the wire: the status state set and the stalled duration.
     let p1a = partition_attrs(&topic, 1, &group);
     wait_until(WAIT, "stall over the wire", || async {
-        gauge(
-            &receiver,
-            PARTITION_STATUS,
-            &with(&p1a, &[(STATUS, "stall")]),
-        ) == Some(1.0)
-            && gauge(&receiver, PARTITION_STATUS, &with(&p1a, &[(STATUS, "ok")])) == Some(0.0)
-            && gauge(&receiver, PARTITION_STALLED_DURATION, &p1a).unwrap_or(0.0) >= 2.0
+        receiver.point(PARTITION_STATUS, &with(&p1a, &[(STATUS, "stall")])) == Some(1.0)
+            && receiver.point(PARTITION_STATUS, &with(&p1a, &[(STATUS, "ok")])) == Some(0.0)
+            && receiver
+                .point(PARTITION_STALLED_DURATION, &p1a)
+                .unwrap_or(0.0)
+                >= 2.0
     })
     .await;
     let p0a = partition_attrs(&topic, 0, &group);
     assert_eq!(
-        gauge(&receiver, PARTITION_STATUS, &with(&p0a, &[(STATUS, "ok")])),
+        receiver.point(PARTITION_STATUS, &with(&p0a, &[(STATUS, "ok")])),
         Some(1.0)
     );
-    assert_eq!(
-        gauge(&receiver, PARTITION_STALLED_DURATION, &p0a),
-        Some(0.0)
-    );
+    assert_eq!(receiver.point(PARTITION_STALLED_DURATION, &p0a), Some(0.0));
     // No success for 3 s while records wait joins the reasons.
     let s = wait_snapshot(&run.health, WAIT, "no success reported", |s| {
         s.partition(&topic, 1).is_some_and(|p| {
@@ -818,8 +627,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     })
     .await;
     assert_eq!(s.status, HealthStatus::Unhealthy);
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -849,7 +657,7 @@ async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, 
 /// (default policy), and the snapshot reports the overrun (degraded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
-    init();
+    logs::init();
     let cluster = TestCluster::start();
     if cluster.mock().is_none() {
         eprintln!("skipped: needs the mock broker's 5 MiB retention");
@@ -860,13 +668,7 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun").await;
     eprintln!("committed {n}, log start {lo}, high watermark {hi}");
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            seen.push(&r);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        }
-    };
+    let handler = seen.recorder();
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -883,22 +685,19 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     assert_eq!(seen.count(1), 0, "partition 1 was committed at its end");
     let p0 = partition_attrs(&topic, 0, &group);
     wait_until(WAIT, "the overrun counted over the wire", || async {
-        sum_total_matching(
-            receiver.latest_metric(RETENTION_OVERRUN_MESSAGES).as_ref(),
-            &p0,
-        ) == (lo - n) as f64
+        receiver.counter_total(RETENTION_OVERRUN_MESSAGES, &p0) == (lo - n) as f64
     })
     .await;
     assert_eq!(
-        sum_total_matching(
-            receiver.latest_metric(OFFSET_RESETS).as_ref(),
+        receiver.counter_total(
+            OFFSET_RESETS,
             &with(&p0, &[(OFFSET_RESET_REASON, "retention_overrun")])
         ),
         1.0
     );
     assert_eq!(
-        sum_total_matching(
-            receiver.latest_metric(RETENTION_OVERRUN_MESSAGES).as_ref(),
+        receiver.counter_total(
+            RETENTION_OVERRUN_MESSAGES,
             &partition_attrs(&topic, 1, &group)
         ),
         0.0
@@ -934,8 +733,7 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     );
     assert_eq!(r.status, PartitionStatus::Ok);
     assert_eq!(cluster.committed(&group, &topic, 2).await, vec![hi, 10]);
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 /// The same overrun with the fail policy: partition 0 is not consumed, its
@@ -943,7 +741,7 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
 /// naming it; partition 1 is fine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
-    init();
+    logs::init();
     let cluster = TestCluster::start();
     if cluster.mock().is_none() {
         eprintln!("skipped: needs the mock broker's 5 MiB retention");
@@ -952,13 +750,7 @@ async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
     let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun-fail").await;
     cluster.produce(&topic, 1, "k", "after", None).await;
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            seen.push(&r);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        }
-    };
+    let handler = seen.recorder();
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -1021,7 +813,7 @@ async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
 /// start, and reports the overrun.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn falling_behind_retention_while_running_is_detected() {
-    init();
+    logs::init();
     let cluster = TestCluster::start();
     if cluster.mock().is_none() {
         eprintln!("skipped: needs the mock broker's 5 MiB retention");
@@ -1093,22 +885,12 @@ async fn falling_behind_retention_while_running_is_detected() {
 /// commit is a rewind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_offset_above_the_high_watermark_is_reported() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("above-hw", 1).await;
-    let group = unique("g-above-hw");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("above-hw", 1).await;
     cluster.produce_many(&topic, 1, 5).await;
     commit_offset(&cluster, &group, &topic, 0, 1_000).await;
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            seen.push(&r);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        }
-    };
+    let handler = seen.recorder();
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -1153,15 +935,11 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
     assert_eq!(s.status, HealthStatus::Degraded);
     let p0 = partition_attrs(&topic, 0, &group);
     wait_until(WAIT, "the anomaly counted over the wire", || async {
-        sum_total_matching(
-            receiver.latest_metric(OFFSET_RESETS).as_ref(),
+        receiver.counter_total(
+            OFFSET_RESETS,
             &with(&p0, &[(OFFSET_RESET_REASON, "above_high_watermark")]),
         ) == 1.0
-            && gauge(
-                &receiver,
-                PARTITION_STATUS,
-                &with(&p0, &[(STATUS, "rewind")]),
-            ) == Some(1.0)
+            && receiver.point(PARTITION_STATUS, &with(&p0, &[(STATUS, "rewind")])) == Some(1.0)
     })
     .await;
     assert!(
@@ -1175,8 +953,7 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
             .is_some_and(|p| p.status == PartitionStatus::Ok)
     })
     .await;
-    run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    stop_and_flush(run, &provider).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1189,21 +966,11 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
 /// is ok. Also measures how old the statistics get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_topic_stays_healthy() {
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("idle", 2).await;
-    let group = unique("g-idle");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("idle", 2).await;
     cluster.produce_many(&topic, 2, 5).await;
     let seen = Seen::default();
-    let handler = {
-        let seen = seen.clone();
-        move |r: Record| {
-            seen.push(&r);
-            std::future::ready(Ok::<(), std::io::Error>(()))
-        }
-    };
+    let handler = seen.recorder();
     let t = Duration::from_secs(1);
     let run = start(
         cluster
@@ -1247,16 +1014,16 @@ async fn an_idle_topic_stays_healthy() {
     for p in 0..2 {
         let pa = partition_attrs(&topic, p, &group);
         assert_eq!(
-            gauge(&receiver, PARTITION_STATUS, &with(&pa, &[(STATUS, "ok")])),
+            receiver.point(PARTITION_STATUS, &with(&pa, &[(STATUS, "ok")])),
             Some(1.0)
         );
         for bad in ["warn", "stall", "stop", "rewind"] {
             assert_eq!(
-                gauge(&receiver, PARTITION_STATUS, &with(&pa, &[(STATUS, bad)])),
+                receiver.point(PARTITION_STATUS, &with(&pa, &[(STATUS, bad)])),
                 Some(0.0)
             );
         }
-        assert_eq!(gauge(&receiver, PARTITION_STALLED_DURATION, &pa), Some(0.0));
+        assert_eq!(receiver.point(PARTITION_STALLED_DURATION, &pa), Some(0.0));
     }
     // Shapes over the wire: kind, unit, string attribute values.
     for (name, kind, unit) in [
@@ -1315,7 +1082,7 @@ async fn an_idle_topic_stays_healthy() {
 /// `error` leaves the partition unconsumed and reports it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_group_starts_where_auto_offset_reset_says() {
-    init();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("new-group", 2).await;
     cluster.produce_many(&topic, 2, 5).await;

@@ -22,8 +22,10 @@ use fresh_consumer::{
     TopicPartition,
 };
 use rdkafka::producer::FutureRecord;
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
-use tokio_util::sync::CancellationToken;
+use support::kafka::TestCluster;
+use support::logs;
+use support::run::start;
+use support::wait::wait_until;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -150,6 +152,25 @@ where
     }
 }
 
+/// A [`probed`] handler that holds the record at `offset` until `gate`
+/// hands out a permit, and lets every other record through at once.
+fn gated_at(
+    probe: &Arc<Probe>,
+    gate: &Arc<tokio::sync::Semaphore>,
+    offset: i64,
+) -> impl Fn(Record) -> BoxFut + Send + Sync + 'static {
+    let gate = Arc::clone(gate);
+    probed(probe, move |r| {
+        let gate = Arc::clone(&gate);
+        async move {
+            if r.offset() == offset {
+                let _ = gate.acquire().await.expect("gate");
+            }
+            Ok(())
+        }
+    })
+}
+
 /// Produces one record per entry of `keys` (`None`: a null key) to
 /// partition 0, in order, so record `i` has offset `i` on a new topic. All
 /// acknowledged on return.
@@ -223,10 +244,8 @@ async fn wait_committed(cluster: &TestCluster, group: &str, topic: &str, want: i
 /// and up to 4 (never more) run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-order", 1).await;
-    let group = unique("g-key-order");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("key-order", 1).await;
     let keys = random_keys(100, 10);
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -235,20 +254,17 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 4 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 4 }),
     );
     wait_until(WAIT, "100 records handled", || async {
         probe.succeeded() == 100
     })
     .await;
     wait_committed(&cluster, &group, &topic, 100).await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(100);
@@ -267,10 +283,8 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
 /// finishes, then jumps to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commit_never_passes_an_unfinished_earlier_offset() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-commit", 1).await;
-    let group = unique("g-key-commit");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("key-commit", 1).await;
     let keys = keys(30, |i| {
         Some(if i == 5 {
             "slow".to_owned()
@@ -282,18 +296,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let probe = Arc::new(Probe::default());
-    let handler = {
-        let gate = Arc::clone(&gate);
-        probed(&probe, move |r| {
-            let gate = Arc::clone(&gate);
-            async move {
-                if r.offset() == 5 {
-                    let _ = gate.acquire().await.expect("gate");
-                }
-                Ok(())
-            }
-        })
-    };
+    let handler = gated_at(&probe, &gate, 5);
     // Samples the group's committed offset from the start; each sample
     // notes whether the slow record had been released when it returned.
     let released = Arc::new(AtomicBool::new(false));
@@ -316,12 +319,10 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
             before_release
         })
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 8 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 8 }),
     );
     wait_until(WAIT, "the 29 other records handled", || async {
         probe.succeeded() == 29
@@ -343,8 +344,7 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
     wait_committed(&cluster, &group, &topic, 30).await;
     sampling.store(false, Ordering::SeqCst);
     let samples = sampler.join().expect("sampler");
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     eprintln!(
         "{} samples before the release, max {:?}",
@@ -372,10 +372,8 @@ async fn the_commit_never_passes_an_unfinished_earlier_offset() {
 /// and the commit reaches the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-fail", 1).await;
-    let group = unique("g-key-fail");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("key-fail", 1).await;
     let keys = keys(40, |i| Some(format!("k{}", i % 4)));
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -426,8 +424,7 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
             })
         })
     };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    let run = start(consumer);
 
     wait_until(WAIT, "offset 2 blocked after its attempts", || async {
         probe.attempts(2) >= 4 && blocked_since().is_some()
@@ -473,8 +470,7 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
         blocked_since().is_none()
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(40);
@@ -487,34 +483,19 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
 /// committed prefix, however many keys are idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn look_ahead_past_an_unfinished_record_is_bounded() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-window", 1).await;
-    let group = unique("g-key-window");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("key-window", 1).await;
     let keys = keys(60, |i| Some(format!("k{i}")));
     produce_keyed(&cluster, &topic, &keys).await;
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let probe = Arc::new(Probe::default());
-    let handler = {
-        let gate = Arc::clone(&gate);
-        probed(&probe, move |r| {
-            let gate = Arc::clone(&gate);
-            async move {
-                if r.offset() == 0 {
-                    let _ = gate.acquire().await.expect("gate");
-                }
-                Ok(())
-            }
-        })
-    };
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let handler = gated_at(&probe, &gate, 0);
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .max_buffered_records(10)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 4 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 4 }),
     );
     // Offset 0 and the 9 records after it fill the window of 10.
     wait_until(WAIT, "9 records past offset 0 handled", || async {
@@ -529,8 +510,7 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
     .await;
     gate.add_permits(1);
     wait_committed(&cluster, &group, &topic, 60).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     probe.assert_exactly_once(60);
     probe.assert_key_order(&keys);
 }
@@ -539,10 +519,8 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
 /// concurrently with keyed records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_key_records_form_one_sequential_lane() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-null", 1).await;
-    let group = unique("g-key-null");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("key-null", 1).await;
     let keys = keys(40, |i| (i % 2 == 1).then(|| format!("k{i}")));
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -551,16 +529,13 @@ async fn null_key_records_form_one_sequential_lane() {
         tokio::time::sleep(Duration::from_millis(10)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 8 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 8 }),
     );
     wait_committed(&cluster, &group, &topic, 40).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(40);
@@ -579,11 +554,9 @@ async fn null_key_records_form_one_sequential_lane() {
 /// watermark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_and_restart_lose_nothing() {
-    init_logs();
+    logs::init();
     const N: i64 = 2_000;
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-restart", 1).await;
-    let group = unique("g-key-restart");
+    let (cluster, topic, group) = TestCluster::with_topic("key-restart", 1).await;
     // 20 keys for 16 handler slots: records often wait behind a busy key.
     let keys = random_keys(N as usize, 20);
     produce_keyed(&cluster, &topic, &keys).await;
@@ -595,19 +568,16 @@ async fn shutdown_and_restart_lose_nothing() {
 
     // 1. Stopped after 500 records.
     let first = Arc::new(Probe::default());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, probed(&first, work))
-            .processing_order(order)
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(order),
     );
     wait_until(WAIT, "500 records handled", || async {
         first.succeeded() >= 500
     })
     .await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
     assert!(!summary.shutdown_timed_out);
     assert_eq!(
         first.0.lock().unwrap().running,
@@ -636,16 +606,13 @@ async fn shutdown_and_restart_lose_nothing() {
 
     // 2. Restarted: continues from the commit.
     let second = Arc::new(Probe::default());
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, probed(&second, work))
-            .processing_order(order)
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(order),
     );
     wait_committed(&cluster, &group, &topic, N).await;
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     assert_eq!(cluster.high_watermarks(&topic, 1).await, vec![N]);
     let s = second.0.lock().unwrap();
     assert_eq!(s.same_key_overlaps, 0);
@@ -675,11 +642,9 @@ async fn shutdown_and_restart_lose_nothing() {
 /// order), a 1 ms handler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_with_a_thousand_keys() {
-    init_logs();
+    logs::init();
     const N: usize = 5_000;
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("key-hot", 1).await;
-    let group = unique("g-key-hot");
+    let (cluster, topic, group) = TestCluster::with_topic("key-hot", 1).await;
     let keys = random_keys(N, 1_000);
     produce_keyed(&cluster, &topic, &keys).await;
 
@@ -688,16 +653,13 @@ async fn a_hot_partition_with_a_thousand_keys() {
         tokio::time::sleep(Duration::from_millis(1)).await;
         Ok(())
     });
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(
+    let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 64 })
-            .run_until(stop.clone().cancelled_owned()),
+            .processing_order(ProcessingOrder::Key { max_in_flight: 64 }),
     );
     wait_committed(&cluster, &group, &topic, N as i64).await;
-    stop.cancel();
-    let summary = run.await.unwrap().unwrap();
+    let summary = run.stop().await;
 
     probe.assert_key_order(&keys);
     probe.assert_exactly_once(N as i64);

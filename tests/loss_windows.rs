@@ -18,7 +18,9 @@ use std::time::Duration;
 use fresh_consumer::{
     BoxError, DeadLetter, OnExhausted, Record, RetryPolicy, RunSummary, StormGuard, permanent,
 };
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::wait::wait_until;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -52,7 +54,7 @@ async fn count(cluster: &TestCluster, topic: &str) -> i64 {
 /// share at or below the threshold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_storm_guard_holds_while_every_partition_is_blocked() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("storm-window", 1).await;
     let dlq = cluster.topic("storm-window-dlt", 1).await;
@@ -126,7 +128,7 @@ async fn the_storm_guard_holds_while_every_partition_is_blocked() {
 /// summary did not add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_summary_adds_up_after_a_revoke() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("summary-revoke", 2).await;
     cluster.produce_many(&topic, 2, 1_000).await;

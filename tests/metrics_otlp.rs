@@ -13,24 +13,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fresh_consumer::Record;
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig, OtlpProtocol};
-use fresh_consumer::{FreshConsumer, Handler, Record, RunError, RunSummary, TopicPartition};
-use opentelemetry_proto::tonic::metrics::v1::Metric;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use support::kafka::{TestCluster, init_logs, now_ms, unique, wait_until};
+use support::kafka::{TestCluster, now_ms, summary_committed, tp};
+use support::logs;
+use support::metrics::{Attrs, group_attrs, partition_attrs, with};
 use support::otlp_receiver::{
-    OtlpReceiver, attribute_kinds, attrs, exponential_histogram_points, histogram_point_with,
+    OtlpReceiver, attribute_kinds, exponential_histogram_points, histogram_point_with,
     histogram_points, kind, number_points, number_value_with, sum_shape, sum_total_matching,
 };
+use support::run::start;
+use support::wait::{WAIT, wait_until};
 
-const WAIT: Duration = Duration::from_secs(15);
 const FLUSH: Duration = Duration::from_secs(10);
-
-type Attrs = BTreeMap<String, String>;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -47,30 +45,18 @@ fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
         .expect("provider")
 }
 
+/// The log capture, an OTLP/gRPC receiver and a [`provider_for`] it.
+async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
+    logs::init();
+    let receiver = OtlpReceiver::start().await;
+    let provider = provider_for(&receiver);
+    (receiver, provider)
+}
+
 /// Shuts the provider down (so dropping it does not block a current-thread
 /// runtime for 5 s).
 async fn shutdown(provider: &SdkMeterProvider) {
     let _ = otlp::shutdown(provider, FLUSH).await;
-}
-
-/// A running consumer.
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-}
-
-fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task }
-}
-
-impl Running {
-    /// Signals shutdown and waits for `run_until` to return.
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task.await.expect("run_until task").expect("run_until")
-    }
 }
 
 /// What the handler saw of one record: partition, offset, key, and the age
@@ -122,52 +108,9 @@ fn recorder(
     }
 }
 
-/// The partition attributes of the metrics docs.
-fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
-    let p = partition.to_string();
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_DESTINATION_NAME, topic),
-        (MESSAGING_DESTINATION_PARTITION_ID, &p),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
-fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
-    let mut a = base.clone();
-    a.extend(attrs(extra));
-    a
-}
-
-fn group_attrs(group: &str) -> Attrs {
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
 /// The index of the explicit bucket holding `v` (upper bounds inclusive).
 fn bucket(bounds: &[f64], v: f64) -> usize {
     bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len())
-}
-
-fn metric(receiver: &OtlpReceiver, name: &str) -> Metric {
-    receiver
-        .latest_metric(name)
-        .unwrap_or_else(|| panic!("{name} not received; got {:?}", receiver.metric_names()))
-}
-
-/// The total of counter `name` over points carrying `wanted`; 0 when the
-/// counter was never exported.
-fn counter_total(receiver: &OtlpReceiver, name: &str, wanted: &Attrs) -> f64 {
-    sum_total_matching(receiver.latest_metric(name).as_ref(), wanted)
-}
-
-fn tp(topic: &str, partition: i32) -> TopicPartition {
-    TopicPartition {
-        topic: topic.to_owned(),
-        partition,
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -180,12 +123,8 @@ fn tp(topic: &str, partition: i32) -> TopicPartition {
 /// attributes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_arrive_with_names_units_attributes_and_buckets() {
-    init_logs();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire", 2).await;
-    let group = unique("g-wire");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("wire", 2).await;
     let seen = Seen::default();
 
     // A warm-up record on partition 0: once it is handled, the consumer is
@@ -268,7 +207,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         ),
     ];
     for (name, want_kind, unit, description) in expected {
-        let m = metric(&receiver, name);
+        let m = receiver.metric(name);
         assert_eq!(kind(&m), want_kind, "{name}");
         assert_eq!(m.unit, unit, "{name}");
         assert_eq!(m.description, description, "{name}");
@@ -305,7 +244,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         EVENT_TIMESTAMP_MISSING,
         EVENT_CLOCK_SKEW,
     ] {
-        assert_eq!(counter_total(&receiver, name, &Attrs::new()), 0.0, "{name}");
+        assert_eq!(receiver.counter_total(name, &Attrs::new()), 0.0, "{name}");
     }
 
     let p0 = partition_attrs(&topic, 0, &group);
@@ -313,7 +252,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
 
     // Event age: one point per partition and timestamp type; the five
     // records in five different buckets.
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 2, "{points:?}");
     let create_time = [(TIMESTAMP_TYPE, "create_time")];
@@ -364,7 +303,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     );
 
     // Records received, per partition.
-    let consumed = metric(&receiver, CONSUMED_MESSAGES);
+    let consumed = receiver.metric(CONSUMED_MESSAGES);
     assert_eq!(sum_shape(&consumed), (true, 2), "monotonic, cumulative");
     let poll = [
         (MESSAGING_OPERATION_NAME, "poll"),
@@ -375,7 +314,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     assert_eq!(number_points(&consumed).len(), 2);
 
     // One point per attempt, none failed.
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     let ok = [
         (MESSAGING_OPERATION_NAME, "process"),
         (MESSAGING_OPERATION_TYPE, "process"),
@@ -389,19 +328,19 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     );
 
     // Batches carry the partition attributes only.
-    let batch = metric(&receiver, BATCH_DURATION);
+    let batch = receiver.metric(BATCH_DURATION);
     let b1 = histogram_point_with(&batch, &p1);
     assert!(b1.count >= 1 && b1.count <= 5, "{b1:?}");
     assert!(histogram_point_with(&batch, &p0).count >= 1);
 
     // Poll gaps: one point, group attributes.
-    let poll_interval = metric(&receiver, POLL_INTERVAL);
+    let poll_interval = receiver.metric(POLL_INTERVAL);
     let gaps = histogram_point_with(&poll_interval, &group_attrs(&group));
     assert!(gaps.count >= 1, "{gaps:?}");
     assert_eq!(histogram_points(&poll_interval).0.len(), 1);
 
     // Commits: one point per success, as many as the run counted.
-    let commits = metric(&receiver, CLIENT_OPERATION_DURATION);
+    let commits = receiver.metric(CLIENT_OPERATION_DURATION);
     let (points, _) = histogram_points(&commits);
     assert_eq!(points.len(), 1, "no failed commits: {points:?}");
     let commit = histogram_point_with(
@@ -433,12 +372,8 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
 /// clock skew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_missing_timestamps_and_clock_skew() {
-    init_logs();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire-fail", 2).await;
-    let group = unique("g-wire-fail");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("wire-fail", 2).await;
 
     let attempts: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
     let seen = Seen::default();
@@ -537,7 +472,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
 
     // Ages: fail-twice, panic-once, ok (about 1 s) and future (0). Nothing
     // for the records without a timestamp, nothing for partition 1.
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 1, "only partition 0, create time: {points:?}");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "create_time")]));
@@ -553,19 +488,19 @@ async fn failures_missing_timestamps_and_clock_skew() {
     );
 
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_TIMESTAMP_MISSING), &p0),
+        number_value_with(&receiver.metric(EVENT_TIMESTAMP_MISSING), &p0),
         n as f64 - 4.0,
         "no-timestamp and negative"
     );
     assert_eq!(
-        number_points(&metric(&receiver, EVENT_TIMESTAMP_MISSING)).len(),
+        number_points(&receiver.metric(EVENT_TIMESTAMP_MISSING)).len(),
         1
     );
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_CLOCK_SKEW), &p0),
+        number_value_with(&receiver.metric(EVENT_CLOCK_SKEW), &p0),
         1.0
     );
-    assert_eq!(number_points(&metric(&receiver, EVENT_CLOCK_SKEW)).len(), 1);
+    assert_eq!(number_points(&receiver.metric(EVENT_CLOCK_SKEW)).len(), 1);
     for (name, description) in [
         (
             EVENT_TIMESTAMP_MISSING,
@@ -576,18 +511,18 @@ async fn failures_missing_timestamps_and_clock_skew() {
             "Succeeded records timestamped later than the consumer's clock.",
         ),
     ] {
-        let m = metric(&receiver, name);
+        let m = receiver.metric(name);
         assert_eq!(m.unit, "{message}", "{name}");
         assert_eq!(m.description, description, "{name}");
         assert_eq!(sum_shape(&m), (true, 2), "{name}: monotonic, cumulative");
     }
-    let consumed = metric(&receiver, CONSUMED_MESSAGES);
+    let consumed = receiver.metric(CONSUMED_MESSAGES);
     assert_eq!(sum_total_matching(Some(&consumed), &p0), n as f64);
     assert_eq!(sum_total_matching(Some(&consumed), &p1), 1.0);
 
     // Attempts: one success per record; two handler errors and one panic on
     // partition 0; every attempt of the poison record on partition 1.
-    let process = metric(&receiver, PROCESS_DURATION);
+    let process = receiver.metric(PROCESS_DURATION);
     let op = [
         (MESSAGING_OPERATION_NAME, "process"),
         (MESSAGING_OPERATION_TYPE, "process"),
@@ -629,12 +564,8 @@ async fn failures_missing_timestamps_and_clock_skew() {
 /// missing timestamp and leaves no age sample.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_time_header_is_the_age_source_when_configured() {
-    init_logs();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("wire-header", 1).await;
-    let group = unique("g-wire-header");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("wire-header", 1).await;
     const HEADER: &str = "event-time";
 
     // The record timestamps are "now" (CreateTime); the headers say 7 s and
@@ -670,7 +601,7 @@ async fn event_time_header_is_the_age_source_when_configured() {
     assert_eq!(summary.records_succeeded, 5);
 
     let p0 = partition_attrs(&topic, 0, &group);
-    let age = metric(&receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
     assert_eq!(points.len(), 1, "only timestamp.type=header: {points:?}");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "header")]));
@@ -687,14 +618,11 @@ async fn event_time_header_is_the_age_source_when_configured() {
         "{point:?}"
     );
     assert_eq!(
-        number_value_with(&metric(&receiver, EVENT_TIMESTAMP_MISSING), &p0),
+        number_value_with(&receiver.metric(EVENT_TIMESTAMP_MISSING), &p0),
         3.0,
         "absent, null and unparsable headers"
     );
-    assert_eq!(
-        counter_total(&receiver, EVENT_CLOCK_SKEW, &Attrs::new()),
-        0.0
-    );
+    assert_eq!(receiver.counter_total(EVENT_CLOCK_SKEW, &Attrs::new()), 0.0);
 
     shutdown(&provider).await;
 }
@@ -706,12 +634,8 @@ async fn event_time_header_is_the_age_source_when_configured() {
 /// 5 records handled, export interval 60 s, shutdown: the receiver has an
 /// event-age count of 5, received during `run_until`'s shutdown.
 async fn shutdown_flush_exports_the_last_interval() {
-    init_logs();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("flush", 1).await;
-    let group = unique("g-flush");
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("flush", 1).await;
     for i in 0..5 {
         cluster
             .produce(&topic, 0, &format!("k{i}"), "v", Some(now_ms() - 1_000))
@@ -744,10 +668,7 @@ async fn shutdown_flush_exports_the_last_interval() {
         .expect("event age flushed at shutdown");
     let point = histogram_point_with(&age, &with(&p0, &[(TIMESTAMP_TYPE, "create_time")]));
     assert_eq!(point.count, 5);
-    assert_eq!(
-        sum_total_matching(receiver.latest_metric(CONSUMED_MESSAGES).as_ref(), &p0),
-        5.0
-    );
+    assert_eq!(receiver.counter_total(CONSUMED_MESSAGES, &p0), 5.0);
 
     shutdown(&provider).await;
 }
@@ -778,7 +699,7 @@ async fn closed_port() -> std::net::SocketAddr {
 /// are unaffected, and `run_until` returns within its shutdown timeout
 /// although the final flush cannot reach the collector.
 async fn unreachable_collector(protocol: OtlpProtocol) {
-    init_logs();
+    logs::init();
     let addr = closed_port().await;
     let endpoint = match protocol {
         OtlpProtocol::Grpc => format!("http://{addr}"),
@@ -791,9 +712,7 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
         .with_timeout(Duration::from_secs(1))
         .build()
         .expect("provider");
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("no-collector", 2).await;
-    let group = unique("g-no-collector");
+    let (cluster, topic, group) = TestCluster::with_topic("no-collector", 2).await;
     cluster.produce_many(&topic, 2, 100).await;
 
     let seen = Seen::default();
@@ -830,8 +749,10 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
         "run_until took {took:?} with shutdown_timeout {shutdown_timeout:?}"
     );
     assert_eq!(summary.records_succeeded, 220);
-    assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&110));
-    assert_eq!(summary.committed.get(&tp(&topic, 1)), Some(&110));
+    assert_eq!(
+        summary_committed(&summary, &topic, 2),
+        [Some(110), Some(110)]
+    );
     let _ = otlp::shutdown(&provider, Duration::from_secs(3)).await;
 }
 
@@ -850,7 +771,7 @@ async fn unreachable_http_collector_does_not_affect_consumption() {
 /// (reporting that it timed out), after committing everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
-    init_logs();
+    logs::init();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let silent = tokio::spawn(async move {
@@ -865,9 +786,7 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
         .with_timeout(Duration::from_secs(10))
         .build()
         .expect("provider");
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("silent-collector", 1).await;
-    let group = unique("g-silent-collector");
+    let (cluster, topic, group) = TestCluster::with_topic("silent-collector", 1).await;
     cluster.produce_many(&topic, 1, 20).await;
     let seen = Seen::default();
     let shutdown_timeout = Duration::from_secs(3);
@@ -901,9 +820,7 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
 /// with `provider`, and checks that the library's histograms arrived as
 /// exponential histograms with the right counts and values.
 async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvider) {
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("expo", 1).await;
-    let group = unique("g-expo");
+    let (cluster, topic, group) = TestCluster::with_topic("expo", 1).await;
     for (i, age) in [0.5, 3.0, 120.0].iter().enumerate() {
         let ts = now_ms() - (age * 1000.0) as i64;
         cluster
@@ -920,7 +837,7 @@ async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvi
     run.stop().await;
 
     let p0 = partition_attrs(&topic, 0, &group);
-    let age = metric(receiver, EVENT_AGE);
+    let age = receiver.metric(EVENT_AGE);
     assert_eq!(kind(&age), "exponential_histogram");
     assert_eq!(age.unit, "s");
     let (points, temporality) = exponential_histogram_points(&age);
@@ -963,19 +880,19 @@ async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvi
         CLIENT_OPERATION_DURATION,
     ] {
         assert_eq!(
-            kind(&metric(receiver, name)),
+            kind(&receiver.metric(name)),
             "exponential_histogram",
             "{name}"
         );
     }
-    let process = exponential_histogram_points(&metric(receiver, PROCESS_DURATION)).0;
+    let process = exponential_histogram_points(&receiver.metric(PROCESS_DURATION)).0;
     assert_eq!(process.iter().map(|p| p.count).sum::<u64>(), 3);
-    assert_eq!(kind(&metric(receiver, CONSUMED_MESSAGES)), "sum");
+    assert_eq!(kind(&receiver.metric(CONSUMED_MESSAGES)), "sum");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exponential_histograms_through_the_config_option() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = OtlpConfig::new()
         .with_endpoint(receiver.endpoint())
@@ -994,7 +911,7 @@ async fn exponential_histograms_through_the_config_option() {
 /// (as a user with their own views and readers would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exponential_histograms_through_the_public_view() {
-    init_logs();
+    logs::init();
     let receiver = OtlpReceiver::start().await;
     let provider = OtlpConfig::new()
         .with_endpoint(receiver.endpoint())
@@ -1018,16 +935,13 @@ async fn exponential_histograms_through_the_public_view() {
 async fn failed_commits_carry_the_kafka_error_name() {
     use rdkafka::types::RDKafkaApiKey;
     use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE;
-    init_logs();
-    let cluster = TestCluster::start();
-    let Some(mock) = cluster.mock() else {
-        eprintln!("skipped: needs the mock broker");
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("commit-error", 1).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
-    let topic = cluster.topic("commit-error", 1).await;
-    let group = unique("g-commit-error");
     cluster.produce_many(&topic, 1, 10).await;
     // librdkafka retries coordinator and timeout errors itself; this one
     // reaches the caller.
@@ -1048,7 +962,7 @@ async fn failed_commits_carry_the_kafka_error_name() {
     let summary = run.stop().await;
     assert_eq!(summary.commit_failures, 1, "{summary:?}");
 
-    let commits = metric(&receiver, CLIENT_OPERATION_DURATION);
+    let commits = receiver.metric(CLIENT_OPERATION_DURATION);
     let base = with(
         &group_attrs(&group),
         &[

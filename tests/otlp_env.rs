@@ -10,7 +10,8 @@ use fresh_consumer::otlp::{self, EnvError, OtlpConfig, OtlpProtocol};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
-use support::otlp_receiver::{OtlpReceiver, within};
+use support::otlp_receiver::OtlpReceiver;
+use support::wait::within;
 
 const ARRIVAL: Duration = Duration::from_secs(10);
 const FLUSH: Duration = Duration::from_secs(10);

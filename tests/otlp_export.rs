@@ -14,8 +14,8 @@ use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
 
 use support::otlp_receiver::{
     OtlpReceiver, attrs, histogram_point_with, histogram_points, number_value_with, sum_shape,
-    within,
 };
+use support::wait::within;
 
 /// Bound on every wait for data at the receiver.
 const ARRIVAL: Duration = Duration::from_secs(10);
@@ -134,14 +134,20 @@ async fn closed_port_endpoint() -> String {
     format!("http://{addr}")
 }
 
+/// Records the sample, flushes it (printing how long that took, as `what`)
+/// and checks that it arrived.
+async fn flush_a_sample(receiver: &OtlpReceiver, provider: &SdkMeterProvider, what: &str) {
+    record_sample(provider);
+    let took = flush_ok(provider).await;
+    eprintln!("{what}: {took:?}");
+    assert_sample_arrived(receiver).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_export_on_multi_thread_runtime() {
     let receiver = OtlpReceiver::start().await;
     let provider = config_for(&receiver, OtlpProtocol::Grpc).build().unwrap();
-    record_sample(&provider);
-    let took = flush_ok(&provider).await;
-    eprintln!("grpc flush, multi-thread runtime: {took:?}");
-    assert_sample_arrived(&receiver).await;
+    flush_a_sample(&receiver, &provider, "grpc flush, multi-thread runtime").await;
     shutdown_ok(&provider).await;
 }
 
@@ -151,10 +157,7 @@ async fn grpc_export_on_multi_thread_runtime() {
 async fn grpc_flush_on_current_thread_runtime_does_not_hang() {
     let receiver = OtlpReceiver::start().await;
     let provider = config_for(&receiver, OtlpProtocol::Grpc).build().unwrap();
-    record_sample(&provider);
-    let took = flush_ok(&provider).await;
-    eprintln!("grpc flush, current-thread runtime: {took:?}");
-    assert_sample_arrived(&receiver).await;
+    flush_a_sample(&receiver, &provider, "grpc flush, current-thread runtime").await;
 
     // A second flush exports the cumulative state again.
     let before = receiver.request_count();
@@ -175,10 +178,7 @@ async fn http_protobuf_export_arrives() {
     let config = config_for(&receiver, OtlpProtocol::HttpProtobuf);
     assert!(config.endpoint().ends_with("/v1/metrics"));
     let provider = config.build().unwrap();
-    record_sample(&provider);
-    let took = flush_ok(&provider).await;
-    eprintln!("http flush, current-thread runtime: {took:?}");
-    assert_sample_arrived(&receiver).await;
+    flush_a_sample(&receiver, &provider, "http flush, current-thread runtime").await;
     assert_eq!(receiver.unexpected_http_requests(), Vec::<String>::new());
     shutdown_ok(&provider).await;
 }

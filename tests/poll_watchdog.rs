@@ -1,8 +1,8 @@
-//! The poll-interval watchdog, observed over the wire (an in-process OTLP
-//! receiver) and in the log: a handler that blocks the async runtime is
-//! warned about once per crossing, while it blocks; an idle consumer is
-//! not; a poll loop on another worker of a multi-thread runtime keeps
-//! polling; blocking past `max.poll.interval.ms` is counted once.
+//! The poll-interval watchdog, observed through the library's metrics (the
+//! SDK's in-memory exporter) and in the log: a handler that blocks the async
+//! runtime is warned about once per crossing, while it blocks; an idle
+//! consumer is not; a poll loop on another worker of a multi-thread runtime
+//! keeps polling; blocking past `max.poll.interval.ms` is counted once.
 //!
 //! All tests use `session.timeout.ms` = 6000 (the support default) and a
 //! `max.poll.interval.ms` just above it, with `poll_warning_ratio` 0.2: the
@@ -13,157 +13,143 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp::{self, OtlpConfig};
-use fresh_consumer::{FreshConsumer, Handler, Record, RunError, RunSummary};
-use opentelemetry_sdk::metrics::SdkMeterProvider;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt as _};
-use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{Layer, filter};
+use fresh_consumer::{Record, RunSummary};
 
-use support::kafka::{TestCluster, unique, wait_until};
-use support::otlp_receiver::{
-    OtlpReceiver, attrs, histogram_point_with, sum_shape, sum_total_matching,
-};
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::metrics::{InMemory, group_attrs};
+use support::run::{Running, start};
+use support::wait::{WAIT, wait_until};
 
-const WAIT: Duration = Duration::from_secs(15);
 const RATIO: f64 = 0.2;
 /// How long a blocking handler blocks: well past the ~1.2 s threshold,
 /// well below `max.poll.interval.ms`.
 const BLOCK: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------
-// Log capture
+// Log queries
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-struct Captured {
-    target: String,
-    message: String,
-    fields: String,
-}
-
-fn captured() -> &'static Mutex<Vec<Captured>> {
-    static CAPTURED: OnceLock<Mutex<Vec<Captured>>> = OnceLock::new();
-    CAPTURED.get_or_init(Mutex::default)
-}
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    rest: String,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.rest, "{}={value:?} ", field.name());
-        }
-    }
-}
-
-/// Keeps the library's events at INFO and above.
-struct Capture;
-
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        captured().lock().unwrap().push(Captured {
-            target: event.metadata().target().to_owned(),
-            message: fields.message,
-            fields: fields.rest,
-        });
-    }
-}
-
-fn init() {
-    let capture = Capture.with_filter(filter::filter_fn(|m| {
-        m.target().starts_with("fresh_consumer") && *m.level() <= tracing::Level::INFO
-    }));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_test_writer()
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-        );
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(capture)
-        .try_init();
-}
-
-/// Watchdog warnings logged for the consumer with this `max.poll.interval.ms`.
+/// Watchdog warnings logged for the consumer with this `max.poll.interval.ms`
+/// (the watchdog module's log target, wherever it sits in the crate).
 fn logged_warnings(max_poll_ms: u64) -> usize {
     let wanted = format!("max_poll_interval_ms={max_poll_ms} ");
-    captured()
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c.target == "fresh_consumer::engine::watchdog" && c.fields.contains(&wanted))
-        .count()
+    logs::count(|e| e.is_from("watchdog") && e.fields.contains(&wanted))
 }
 
 /// Library log events whose message starts with `prefix` and whose fields
 /// mention `topic`.
 fn logged(prefix: &str, topic: &str) -> usize {
-    captured()
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| c.message.starts_with(prefix) && c.fields.contains(topic))
-        .count()
+    logs::count(|e| e.is_library() && e.message.starts_with(prefix) && e.fields.contains(topic))
 }
 
 // ---------------------------------------------------------------------------
 // Consumer and handler
 // ---------------------------------------------------------------------------
 
-fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
-    OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_secs(60))
-        .build()
-        .expect("provider")
+/// One test's consumer: its own topic (with `keys` produced to it, one
+/// record each), group, `max.poll.interval.ms` and metrics, and a
+/// [`blocker`] handler that blocks for `block`.
+struct Watched {
+    metrics: InMemory,
+    cluster: TestCluster,
+    topic: String,
+    group: String,
+    max_poll_ms: u64,
+    blocks: Blocks,
+    run: Running,
 }
 
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-}
+impl Watched {
+    async fn start(prefix: &str, max_poll_ms: u64, keys: &[&str], block: Duration) -> Self {
+        logs::init();
+        let metrics = InMemory::new();
+        let cluster = TestCluster::start();
+        let topic = cluster.topic(prefix, 1).await;
+        let group = unique(&format!("g-{prefix}"));
+        for key in keys {
+            cluster.produce(&topic, 0, key, "v", None).await;
+        }
+        let blocks = Blocks::default();
+        let run = start(
+            cluster
+                .consumer(&group, &topic, blocker(&blocks, block, max_poll_ms))
+                .set("max.poll.interval.ms", max_poll_ms.to_string())
+                .poll_warning_ratio(RATIO)
+                .meter_provider(&metrics.provider),
+        );
+        Watched {
+            metrics,
+            cluster,
+            topic,
+            group,
+            max_poll_ms,
+            blocks,
+            run,
+        }
+    }
 
-impl Running {
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task.await.expect("run_until task").expect("run_until")
+    /// Waits until the handler handled `n` records.
+    async fn wait_handled(&self, n: usize) {
+        let what = format!("{n} records handled");
+        wait_until(WAIT, &what, || async { self.blocks.len() >= n }).await;
+    }
+
+    /// Stops the consumer and exports its metrics.
+    async fn stop(self) -> (Finished, RunSummary) {
+        let summary = self.run.stop().await;
+        self.metrics.flush().await;
+        let finished = Finished {
+            warned_while_blocking: self.blocks.warned_while_blocking(),
+            metrics: self.metrics,
+            topic: self.topic,
+            group: self.group,
+            max_poll_ms: self.max_poll_ms,
+        };
+        (finished, summary)
     }
 }
 
-fn start<H: Handler>(
-    cluster: &TestCluster,
-    group: &str,
-    topic: &str,
-    handler: H,
+/// What a stopped [`Watched`] consumer left behind.
+struct Finished {
+    metrics: InMemory,
+    topic: String,
+    group: String,
     max_poll_ms: u64,
-    provider: &SdkMeterProvider,
-) -> Running {
-    let consumer: FreshConsumer<H> = cluster
-        .consumer(group, topic, handler)
-        .set("max.poll.interval.ms", max_poll_ms.to_string())
-        .poll_warning_ratio(RATIO)
-        .meter_provider(provider);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task }
+    warned_while_blocking: Vec<bool>,
+}
+
+impl Finished {
+    fn warnings_logged(&self) -> usize {
+        logged_warnings(self.max_poll_ms)
+    }
+
+    /// (warnings, exceeded) as counted; a counter never recorded into is not
+    /// exported at all and counts as 0.
+    fn counters(&self) -> (f64, f64) {
+        let g = group_attrs(&self.group);
+        (
+            self.metrics.counter_total(POLL_INTERVAL_WARNINGS, &g),
+            self.metrics.counter_total(POLL_INTERVAL_EXCEEDED, &g),
+        )
+    }
+
+    /// The longest poll gap recorded (s) and how many gaps were recorded.
+    fn gaps(&self) -> (f64, u64) {
+        let (max, count) = self
+            .metrics
+            .histogram_max_count(POLL_INTERVAL, &group_attrs(&self.group));
+        (max.unwrap_or(0.0), count)
+    }
+
+    /// The warning threshold (s).
+    fn threshold(&self) -> f64 {
+        self.max_poll_ms as f64 / 1000.0 * RATIO
+    }
 }
 
 /// What a [`blocker`] handler did: per handled record, its key and, for a
@@ -217,36 +203,6 @@ fn blocker(
     }
 }
 
-fn group_attrs(group: &str) -> BTreeMap<String, String> {
-    attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-    ])
-}
-
-/// (warnings, exceeded) as received; a counter never recorded into is not
-/// exported at all and counts as 0.
-fn poll_counters(receiver: &OtlpReceiver, group: &str) -> (f64, f64) {
-    let g = group_attrs(group);
-    (
-        sum_total_matching(receiver.latest_metric(POLL_INTERVAL_WARNINGS).as_ref(), &g),
-        sum_total_matching(receiver.latest_metric(POLL_INTERVAL_EXCEEDED).as_ref(), &g),
-    )
-}
-
-/// The longest poll gap recorded and how many gaps were recorded.
-fn poll_gaps(receiver: &OtlpReceiver, group: &str) -> (f64, u64) {
-    let m = receiver
-        .latest_metric(POLL_INTERVAL)
-        .expect("poll interval exported");
-    let p = histogram_point_with(&m, &group_attrs(group));
-    (p.max.unwrap_or(0.0), p.count)
-}
-
-fn threshold(max_poll_ms: u64) -> f64 {
-    max_poll_ms as f64 / 1000.0 * RATIO
-}
-
 // ---------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------
@@ -256,44 +212,22 @@ fn threshold(max_poll_ms: u64) -> f64 {
 /// while the handler was still blocking.
 #[tokio::test]
 async fn a_blocked_runtime_is_warned_once_while_it_is_blocked() {
-    const MAX_POLL_MS: u64 = 6_000;
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("block-once", 1).await;
-    let group = unique("g-block-once");
-    cluster.produce(&topic, 0, "block", "v", None).await;
-    cluster.produce(&topic, 0, "after", "v", None).await;
-
-    let blocks = Blocks::default();
-    let run = start(
-        &cluster,
-        &group,
-        &topic,
-        blocker(&blocks, BLOCK, MAX_POLL_MS),
-        MAX_POLL_MS,
-        &provider,
-    );
-    wait_until(WAIT, "both records handled", || async { blocks.len() == 2 }).await;
-    let summary = run.stop().await;
+    let w = Watched::start("block-once", 6_000, &["block", "after"], BLOCK).await;
+    w.wait_handled(2).await;
+    let (f, summary) = w.stop().await;
 
     assert_eq!(
-        blocks.warned_while_blocking(),
+        f.warned_while_blocking,
         vec![true],
         "the warning fires during the gap, not after the next poll"
     );
-    assert_eq!(logged_warnings(MAX_POLL_MS), 1);
-    assert_eq!(
-        poll_counters(&receiver, &group),
-        (1.0, 0.0),
-        "(warnings, exceeded)"
-    );
-    let (max_gap, _) = poll_gaps(&receiver, &group);
+    assert_eq!(f.warnings_logged(), 1);
+    assert_eq!(f.counters(), (1.0, 0.0), "(warnings, exceeded)");
+    let (max_gap, _) = f.gaps();
     assert!(max_gap >= BLOCK.as_secs_f64(), "longest gap {max_gap} s");
     assert_eq!(summary.rebalances, 1, "still in the group: {summary:?}");
     assert_eq!(summary.records_succeeded, 2);
-    let _ = otlp::shutdown(&provider, Duration::from_secs(10)).await;
+    f.metrics.shutdown().await;
 }
 
 /// Two blocks separated by polls are two crossings: two warnings. The
@@ -301,80 +235,37 @@ async fn a_blocked_runtime_is_warned_once_while_it_is_blocked() {
 /// polled in between.
 #[tokio::test]
 async fn two_separate_blocks_are_two_warnings() {
-    const MAX_POLL_MS: u64 = 6_050;
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("block-twice", 1).await;
-    let group = unique("g-block-twice");
-    cluster.produce(&topic, 0, "block-1", "v", None).await;
+    let w = Watched::start("block-twice", 6_050, &["block-1"], BLOCK).await;
+    w.wait_handled(1).await;
+    w.cluster.produce(&w.topic, 0, "block-2", "v", None).await;
+    w.wait_handled(2).await;
+    let (f, summary) = w.stop().await;
 
-    let blocks = Blocks::default();
-    let run = start(
-        &cluster,
-        &group,
-        &topic,
-        blocker(&blocks, BLOCK, MAX_POLL_MS),
-        MAX_POLL_MS,
-        &provider,
-    );
-    wait_until(WAIT, "the first block", || async { blocks.len() == 1 }).await;
-    cluster.produce(&topic, 0, "block-2", "v", None).await;
-    wait_until(WAIT, "the second block", || async { blocks.len() == 2 }).await;
-    let summary = run.stop().await;
-
-    assert_eq!(blocks.warned_while_blocking(), vec![true, true]);
-    assert_eq!(logged_warnings(MAX_POLL_MS), 2);
-    assert_eq!(
-        poll_counters(&receiver, &group),
-        (2.0, 0.0),
-        "(warnings, exceeded)"
-    );
+    assert_eq!(f.warned_while_blocking, vec![true, true]);
+    assert_eq!(f.warnings_logged(), 2);
+    assert_eq!(f.counters(), (2.0, 0.0), "(warnings, exceeded)");
     assert_eq!(summary.rebalances, 1, "{summary:?}");
-    let _ = otlp::shutdown(&provider, Duration::from_secs(10)).await;
+    f.metrics.shutdown().await;
 }
 
 /// On a multi-thread runtime the poll loop runs on another worker while a
 /// handler blocks one: it keeps polling, so there is nothing to warn about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_blocking_one_worker_of_a_multi_thread_runtime_is_not_warned() {
-    const MAX_POLL_MS: u64 = 6_100;
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("block-mt", 1).await;
-    let group = unique("g-block-mt");
-    cluster.produce(&topic, 0, "block", "v", None).await;
-    cluster.produce(&topic, 0, "after", "v", None).await;
+    let w = Watched::start("block-mt", 6_100, &["block", "after"], BLOCK).await;
+    w.wait_handled(2).await;
+    let (f, summary) = w.stop().await;
 
-    let blocks = Blocks::default();
-    let run = start(
-        &cluster,
-        &group,
-        &topic,
-        blocker(&blocks, BLOCK, MAX_POLL_MS),
-        MAX_POLL_MS,
-        &provider,
-    );
-    wait_until(WAIT, "both records handled", || async { blocks.len() == 2 }).await;
-    let summary = run.stop().await;
-
-    assert_eq!(blocks.warned_while_blocking(), vec![false]);
-    assert_eq!(logged_warnings(MAX_POLL_MS), 0);
-    assert_eq!(
-        poll_counters(&receiver, &group),
-        (0.0, 0.0),
-        "(warnings, exceeded)"
-    );
-    let (max_gap, _) = poll_gaps(&receiver, &group);
+    assert_eq!(f.warned_while_blocking, vec![false]);
+    assert_eq!(f.warnings_logged(), 0);
+    assert_eq!(f.counters(), (0.0, 0.0), "(warnings, exceeded)");
+    let (max_gap, _) = f.gaps();
     assert!(
-        max_gap < threshold(MAX_POLL_MS),
+        max_gap < f.threshold(),
         "the loop kept polling: longest gap {max_gap} s"
     );
     assert_eq!(summary.records_succeeded, 2);
-    let _ = otlp::shutdown(&provider, Duration::from_secs(10)).await;
+    f.metrics.shutdown().await;
 }
 
 /// An idle consumer on an empty topic, for longer than
@@ -383,55 +274,36 @@ async fn a_handler_blocking_one_worker_of_a_multi_thread_runtime_is_not_warned()
 #[tokio::test]
 async fn an_idle_consumer_is_neither_warned_nor_kicked_out() {
     const MAX_POLL_MS: u64 = 6_150;
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("idle", 1).await;
-    let group = unique("g-idle");
-
-    let blocks = Blocks::default();
-    let run = start(
-        &cluster,
-        &group,
-        &topic,
-        blocker(&blocks, BLOCK, MAX_POLL_MS),
-        MAX_POLL_MS,
-        &provider,
-    );
+    let w = Watched::start("idle", MAX_POLL_MS, &[], BLOCK).await;
     wait_until(WAIT, "the partition assigned", || async {
-        logged("partitions assigned", &topic) == 1
+        logged("partitions assigned", &w.topic) == 1
     })
     .await;
     // Idle on purpose: longer than max.poll.interval.ms.
     let idle = Duration::from_millis(MAX_POLL_MS + 1_500);
     tokio::time::sleep(idle).await;
-    cluster.produce(&topic, 0, "late", "v", None).await;
-    wait_until(WAIT, "the record handled", || async { blocks.len() == 1 }).await;
-    let summary = run.stop().await;
+    w.cluster.produce(&w.topic, 0, "late", "v", None).await;
+    w.wait_handled(1).await;
+    let (f, summary) = w.stop().await;
 
-    assert_eq!(logged_warnings(MAX_POLL_MS), 0);
-    assert_eq!(
-        poll_counters(&receiver, &group),
-        (0.0, 0.0),
-        "(warnings, exceeded)"
-    );
-    let (max_gap, gaps) = poll_gaps(&receiver, &group);
-    assert!(max_gap < threshold(MAX_POLL_MS), "longest gap {max_gap} s");
+    assert_eq!(f.warnings_logged(), 0);
+    assert_eq!(f.counters(), (0.0, 0.0), "(warnings, exceeded)");
+    let (max_gap, gaps) = f.gaps();
+    assert!(max_gap < f.threshold(), "longest gap {max_gap} s");
     // The idle tick is a quarter of the threshold: about 0.3 s.
     assert!(
-        gaps as f64 >= idle.as_secs_f64() / (threshold(MAX_POLL_MS) / 4.0) * 0.8,
+        gaps as f64 >= idle.as_secs_f64() / (f.threshold() / 4.0) * 0.8,
         "{gaps} gaps recorded in {idle:?}"
     );
     assert_eq!(
         summary.rebalances, 1,
         "one assignment, no revoke: {summary:?}"
     );
-    assert_eq!(logged("partitions assigned", &topic), 1);
-    assert_eq!(logged("partitions lost", &topic), 0);
-    assert_eq!(logged("partitions revoked", &topic), 0);
+    assert_eq!(logged("partitions assigned", &f.topic), 1);
+    assert_eq!(logged("partitions lost", &f.topic), 0);
+    assert_eq!(logged("partitions revoked", &f.topic), 0);
     assert_eq!(summary.records_succeeded, 1);
-    let _ = otlp::shutdown(&provider, Duration::from_secs(10)).await;
+    f.metrics.shutdown().await;
 }
 
 /// A handler that blocks the current-thread runtime past
@@ -442,43 +314,20 @@ async fn an_idle_consumer_is_neither_warned_nor_kicked_out() {
 #[tokio::test]
 async fn blocking_past_max_poll_interval_is_counted_once() {
     const MAX_POLL_MS: u64 = 6_200;
-    init();
-    let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver);
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("exceeded", 1).await;
-    let group = unique("g-exceeded");
-    cluster.produce(&topic, 0, "block", "v", None).await;
-
-    let blocks = Blocks::default();
-    let block = Duration::from_millis(MAX_POLL_MS + 2_000);
     let started = Instant::now();
-    let run = start(
-        &cluster,
-        &group,
-        &topic,
-        blocker(&blocks, block, MAX_POLL_MS),
-        MAX_POLL_MS,
-        &provider,
-    );
-    wait_until(WAIT, "the blocking record handled", || async {
-        blocks.len() >= 1
-    })
-    .await;
+    let block = Duration::from_millis(MAX_POLL_MS + 2_000);
+    let w = Watched::start("exceeded", MAX_POLL_MS, &["block"], block).await;
+    w.wait_handled(1).await;
     wait_until(WAIT, "the partition assigned again", || async {
-        logged("partitions assigned", &topic) >= 2
+        logged("partitions assigned", &w.topic) >= 2
     })
     .await;
-    let summary = run.stop().await;
+    let (f, summary) = w.stop().await;
     eprintln!("took {:?}: {summary:?}", started.elapsed());
 
-    assert_eq!(
-        poll_counters(&receiver, &group),
-        (1.0, 1.0),
-        "(warnings, exceeded)"
-    );
-    assert_eq!(blocks.warned_while_blocking(), vec![true]);
-    assert_eq!(logged("partitions lost", &topic), 1);
+    assert_eq!(f.counters(), (1.0, 1.0), "(warnings, exceeded)");
+    assert_eq!(f.warned_while_blocking, vec![true]);
+    assert_eq!(logged("partitions lost", &f.topic), 1);
     assert!(summary.rebalances >= 3, "assign, lose, assign: {summary:?}");
     for (name, unit, description) in [
         (
@@ -492,10 +341,14 @@ async fn blocking_past_max_poll_interval_is_counted_once() {
             "Times librdkafka reported max.poll.interval.ms exceeded.",
         ),
     ] {
-        let m = receiver.latest_metric(name).expect(name);
-        assert_eq!(m.unit, unit, "{name}");
-        assert_eq!(m.description, description, "{name}");
-        assert_eq!(sum_shape(&m), (true, 2), "{name}: monotonic, cumulative");
+        let (got_unit, got_description) = f.metrics.unit_and_description(name).expect(name);
+        assert_eq!(got_unit, unit, "{name}");
+        assert_eq!(got_description, description, "{name}");
+        assert_eq!(
+            f.metrics.sum_shape(name),
+            (true, true),
+            "{name}: monotonic, cumulative"
+        );
     }
-    let _ = otlp::shutdown(&provider, Duration::from_secs(10)).await;
+    f.metrics.shutdown().await;
 }

@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::{FreshConsumer, Handler, Record, RunSummary, TopicPartition};
 use rdkafka::producer::FutureRecord;
-use support::kafka::{OffsetReader, TestCluster, init_logs, unique, wait_until};
+use support::kafka::{OffsetReader, TestCluster, unique};
+use support::logs;
+use support::run::start;
+use support::wait::{wait_until, within};
 use tokio_util::sync::CancellationToken;
 
 const PARTITIONS: i32 = 6;
@@ -191,7 +194,7 @@ fn member<H: Handler>(
 }
 
 async fn handover(protocol: Protocol) {
-    init_logs();
+    logs::init();
     let began = Instant::now();
     let cluster = TestCluster::start();
     if matches!(protocol, Protocol::Consumer) {
@@ -206,13 +209,13 @@ async fn handover(protocol: Protocol) {
 
     let log: Log = Arc::default();
     let b_started = CancellationToken::new();
-    let a_stop = CancellationToken::new();
+    let a_leaves = CancellationToken::new();
 
     // The producer: record i goes to partition i % PARTITIONS.
     let producer = {
         let producer = cluster.producer().clone();
         let topic = topic.clone();
-        let (b_started, a_stop) = (b_started.clone(), a_stop.clone());
+        let (b_started, a_leaves) = (b_started.clone(), a_leaves.clone());
         tokio::spawn(async move {
             let mut i = 0;
             while i < TOTAL {
@@ -220,7 +223,7 @@ async fn handover(protocol: Protocol) {
                     b_started.cancelled().await;
                 }
                 if i == 2 * GATE {
-                    a_stop.cancelled().await;
+                    a_leaves.cancelled().await;
                 }
                 let mut acks = Vec::with_capacity(BATCH);
                 for _ in 0..BATCH.min(TOTAL - i) {
@@ -249,17 +252,18 @@ async fn handover(protocol: Protocol) {
 
     let count = |m: Member| log.lock().unwrap().iter().filter(|h| h.member == m).count();
 
-    // Member A alone.
-    let run_a = tokio::spawn(
-        member(
+    let join = |m: Member| {
+        start(member(
             &cluster,
             protocol,
             &group,
             &topic,
-            recorder(Member::A, &log),
-        )
-        .run_until(a_stop.clone().cancelled_owned()),
-    );
+            recorder(m, &log),
+        ))
+    };
+
+    // Member A alone.
+    let run_a = join(Member::A);
     wait_until(
         Duration::from_secs(20),
         "A handled its first records",
@@ -268,17 +272,7 @@ async fn handover(protocol: Protocol) {
     .await;
 
     // B joins mid-stream.
-    let b_stop = CancellationToken::new();
-    let run_b = tokio::spawn(
-        member(
-            &cluster,
-            protocol,
-            &group,
-            &topic,
-            recorder(Member::B, &log),
-        )
-        .run_until(b_stop.clone().cancelled_owned()),
-    );
+    let run_b = join(Member::B);
     b_started.cancel();
     let b_joined_at = Instant::now();
     // Both members work after the rebalance: B handled records, and A handled
@@ -309,11 +303,9 @@ async fn handover(protocol: Protocol) {
     let both_at = Instant::now();
 
     // A leaves mid-stream.
-    a_stop.cancel();
-    let summary_a = tokio::time::timeout(Duration::from_secs(20), run_a)
+    a_leaves.cancel();
+    let summary_a = within(Duration::from_secs(20), "A's shutdown", run_a.finish())
         .await
-        .expect("A shut down in time")
-        .unwrap()
         .expect("A ran without a fatal error");
     let a_left_at = Instant::now();
 
@@ -335,11 +327,8 @@ async fn handover(protocol: Protocol) {
         || async { cluster.committed(&group, &topic, PARTITIONS).await == high },
     )
     .await;
-    b_stop.cancel();
-    let summary_b = tokio::time::timeout(Duration::from_secs(20), run_b)
+    let summary_b = within(Duration::from_secs(20), "B's shutdown", run_b.finish())
         .await
-        .expect("B shut down in time")
-        .unwrap()
         .expect("B ran without a fatal error");
     let committed = cluster.committed(&group, &topic, PARTITIONS).await;
     let (samples, rewinds, sample_errors) = sampler.finish();

@@ -10,17 +10,17 @@ use std::time::Duration;
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{FreshnessObjective, Record};
-use support::kafka::{TestCluster, init_logs, now_ms, unique, wait_until};
+use support::kafka::{TestCluster, now_ms, unique};
+use support::logs;
 use support::otlp_receiver::{OtlpReceiver, attrs, histogram_points, sum_total_matching};
-use tokio_util::sync::CancellationToken;
+use support::run::start;
+use support::wait::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objectives_count_good_and_late_exactly_and_join_the_age_buckets() {
-    init_logs();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("slo", 1).await;
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("slo", 1).await;
     let other = unique("other-topic");
-    let group = unique("g-slo");
     let now = now_ms();
     // Ages at production: 10 s, 20 s and 29 s are within 30 s even with the
     // pipeline's few milliseconds; 31 s and 120 s are not. One record has no
@@ -51,8 +51,7 @@ async fn objectives_count_good_and_late_exactly_and_join_the_age_buckets() {
         .freshness_objective(FreshnessObjective::new(Duration::from_secs(45), 0.9).topic(&other))
         .meter_provider(&provider);
     let health = consumer.health_handle();
-    let stop = CancellationToken::new();
-    let run = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
+    let run = start(consumer);
     wait_until(Duration::from_secs(20), "6 records handled", || async {
         handled.load(Ordering::SeqCst) == 6
     })
@@ -75,8 +74,7 @@ async fn objectives_count_good_and_late_exactly_and_join_the_age_buckets() {
         (0, 0)
     );
 
-    stop.cancel();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     let slo = receiver
         .wait_for_metric(SLO_MESSAGES, Duration::from_secs(10))
         .await;

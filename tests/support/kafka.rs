@@ -4,11 +4,13 @@
 //! [`TestCluster::mock`] and skip when it returns `None`.
 #![allow(dead_code)]
 
-use std::future::Future;
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::{FreshConsumer, Handler};
+use fresh_consumer::{FreshConsumer, Handler, RunSummary, TopicPartition};
+
+use super::wait::{WAIT, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -47,6 +49,42 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+/// What a run's summary says it committed for partitions
+/// `0..partitions` of `topic` (`None` where it committed nothing).
+pub fn summary_committed(summary: &RunSummary, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    (0..partitions)
+        .map(|p| summary.committed.get(&tp(topic, p)).copied())
+        .collect()
+}
+
+/// A consumer of `topic` in `group` with the settings that keep tests fast
+/// on the mock broker, but for the group's session and heartbeat timings
+/// (see [`TestCluster::consumer`]).
+pub fn fast_consumer<H: Handler>(
+    handler: H,
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> FreshConsumer<H> {
+    FreshConsumer::new(handler)
+        .bootstrap_servers(bootstrap)
+        .group_id(group)
+        .topics([topic])
+        .set("fetch.wait.max.ms", "10")
+        .set("topic.metadata.refresh.interval.ms", "1000")
+        .commit_interval(Duration::from_millis(50))
+        .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
+        .revoke_timeout(Duration::from_secs(2))
+        .shutdown_timeout(Duration::from_secs(10))
+}
+
+pub fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.to_owned(),
+        partition,
+    }
 }
 
 impl TestCluster {
@@ -99,12 +137,31 @@ impl TestCluster {
         Self::start_with(1)
     }
 
+    /// A cluster, a topic `{prefix}-…` of `partitions` partitions and a
+    /// group name `g-{prefix}-…`.
+    pub async fn with_topic(prefix: &str, partitions: i32) -> (Self, String, String) {
+        let cluster = Self::start();
+        let topic = cluster.topic(prefix, partitions).await;
+        let group = unique(&format!("g-{prefix}"));
+        (cluster, topic, group)
+    }
+
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
     }
 
     pub fn is_real(&self) -> bool {
         self.real
+    }
+
+    /// The mock cluster, for fault injection; `None` on a real cluster, after
+    /// noting that the test skips itself because it `needs` the mock.
+    pub fn mock_or_skip(&self, needs: &str) -> Option<MockCluster<'_, DefaultProducerContext>> {
+        let mock = self.mock();
+        if mock.is_none() {
+            eprintln!("skipped: needs {needs}");
+        }
+        mock
     }
 
     /// The mock cluster, for fault injection; `None` on a real cluster.
@@ -115,23 +172,28 @@ impl TestCluster {
     /// Creates a topic with a unique name and returns the name.
     pub async fn topic(&self, prefix: &str, partitions: i32) -> String {
         let name = unique(prefix);
-        if let Some(m) = self.mock() {
-            m.create_topic(&name, partitions, 1).expect("create topic");
-        } else {
-            let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-                .set("bootstrap.servers", &self.bootstrap)
-                .create()
-                .expect("admin client");
-            let t = NewTopic::new(&name, partitions, TopicReplication::Fixed(1));
-            let r = admin
-                .create_topics([&t], &AdminOptions::new())
-                .await
-                .expect("create topic");
-            for r in r {
-                r.expect("topic created");
-            }
-        }
+        self.create_topic(&name, partitions).await;
         name
+    }
+
+    /// Creates a topic with exactly this name.
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        if let Some(m) = self.mock() {
+            m.create_topic(name, partitions, 1).expect("create topic");
+            return;
+        }
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let r = admin
+            .create_topics([&t], &AdminOptions::new())
+            .await
+            .expect("create topic");
+        for r in r {
+            r.expect("topic created");
+        }
     }
 
     pub fn producer(&self) -> &FutureProducer {
@@ -147,19 +209,8 @@ impl TestCluster {
         payload: &str,
         timestamp_ms: Option<i64>,
     ) -> i64 {
-        let mut r = FutureRecord::to(topic)
-            .partition(partition)
-            .key(key)
-            .payload(payload);
-        if let Some(ts) = timestamp_ms {
-            r = r.timestamp(ts);
-        }
-        self.producer
-            .send(r, Duration::from_secs(10))
+        self.produce_with_headers(topic, partition, key, payload, timestamp_ms, &[])
             .await
-            .map_err(|(e, _)| e)
-            .expect("produce")
-            .offset
     }
 
     /// Produces `per_partition` records to each of `partitions` partitions
@@ -195,34 +246,48 @@ impl TestCluster {
     /// The group's committed offsets (next offset to read; -1001 when none)
     /// for partitions `0..partitions`, read from the broker.
     pub async fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-        let bootstrap = self.bootstrap.clone();
-        let group = group.to_owned();
-        let topic = topic.to_owned();
+        let reader = self.offset_reader(group, topic, partitions);
         tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", &group)
-                .set("enable.auto.commit", "false")
-                .create()
-                .expect("offset reader");
-            let mut tpl = TopicPartitionList::new();
-            for p in 0..partitions {
-                tpl.add_partition(&topic, p);
-            }
-            let got = c
-                .committed_offsets(tpl, Duration::from_secs(10))
-                .expect("committed offsets");
-            (0..partitions)
-                .map(
-                    |p| match got.find_partition(&topic, p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => -1001,
-                    },
-                )
-                .collect()
+            reader
+                .committed(Duration::from_secs(10))
+                .expect("committed offsets")
         })
         .await
         .expect("offset reader task")
+    }
+
+    /// Waits (up to [`WAIT`]) until the group's committed offsets for
+    /// partitions `0..want.len()` equal `want`; at the deadline, panics with
+    /// what was committed.
+    pub async fn wait_committed(&self, group: &str, topic: &str, want: &[i64]) {
+        self.wait_committed_showing(group, topic, want, WAIT, &())
+            .await;
+    }
+
+    /// Like [`wait_committed`](Self::wait_committed), with a deadline of its
+    /// own, and showing what `handled` shows at the deadline.
+    pub async fn wait_committed_showing(
+        &self,
+        group: &str,
+        topic: &str,
+        want: &[i64],
+        timeout: Duration,
+        handled: &impl Debug,
+    ) {
+        let what = format!("committed offsets {want:?}");
+        let n = want.len() as i32;
+        wait_for(
+            timeout,
+            &what,
+            || async {
+                (
+                    self.committed(group, topic, n).await,
+                    format!("{handled:?}"),
+                )
+            },
+            |(got, _)| got == want,
+        )
+        .await;
     }
 
     /// High watermarks of partitions `0..partitions`.
@@ -248,48 +313,10 @@ impl TestCluster {
 
     /// A consumer with settings that keep tests fast on the mock broker.
     pub fn consumer<H: Handler>(&self, group: &str, topic: &str, handler: H) -> FreshConsumer<H> {
-        FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(group)
-            .topics([topic])
+        fast_consumer(handler, &self.bootstrap, group, topic)
             .set("session.timeout.ms", "6000")
             .set("heartbeat.interval.ms", "500")
-            .set("fetch.wait.max.ms", "10")
-            .set("topic.metadata.refresh.interval.ms", "1000")
-            .commit_interval(Duration::from_millis(50))
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .revoke_timeout(Duration::from_secs(2))
-            .shutdown_timeout(Duration::from_secs(10))
     }
-}
-
-/// Waits until `cond` holds, checking every 10 ms, or panics at the deadline.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Installs a test log subscriber once (RUST_LOG controls it).
-pub fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
 }
 
 /// Reads a group's committed offsets again and again through one client:
@@ -362,17 +389,7 @@ impl TestCluster {
         topic: &str,
         handler: H,
     ) -> FreshConsumer<H> {
-        FreshConsumer::new(handler)
-            .bootstrap_servers(self.bootstrap.clone())
-            .group_id(group)
-            .topics([topic])
-            .set("group.protocol", "consumer")
-            .set("fetch.wait.max.ms", "10")
-            .set("topic.metadata.refresh.interval.ms", "1000")
-            .commit_interval(Duration::from_millis(50))
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
-            .revoke_timeout(Duration::from_secs(2))
-            .shutdown_timeout(Duration::from_secs(10))
+        fast_consumer(handler, &self.bootstrap, group, topic).set("group.protocol", "consumer")
     }
 }
 
@@ -391,18 +408,20 @@ impl TestCluster {
         headers: &[(&str, Option<&[u8]>)],
     ) -> i64 {
         use rdkafka::message::{Header, OwnedHeaders};
-        let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-        for (name, value) in headers {
-            owned = owned.insert(Header {
-                key: name,
-                value: *value,
-            });
-        }
         let mut r = FutureRecord::to(topic)
             .partition(partition)
             .key(key)
-            .payload(payload)
-            .headers(owned);
+            .payload(payload);
+        if !headers.is_empty() {
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in headers {
+                owned = owned.insert(Header {
+                    key: name,
+                    value: *value,
+                });
+            }
+            r = r.headers(owned);
+        }
         if let Some(ts) = timestamp_ms {
             r = r.timestamp(ts);
         }

@@ -11,7 +11,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,10 +27,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use prost::Message;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-/// How often the `wait_*` methods look at what was received.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
+use super::wait::poll_until;
 
 /// The transport a receiver serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +245,29 @@ impl OtlpReceiver {
         self.latest(name).map(|(_, metric)| metric)
     }
 
+    /// The latest export of `name`; panics, naming what arrived, when it
+    /// never arrived.
+    pub fn metric(&self, name: &str) -> Metric {
+        self.latest_metric(name)
+            .unwrap_or_else(|| panic!("{name} not received; got {:?}", self.metric_names()))
+    }
+
+    /// The value of the point with exactly `wanted` attributes of the latest
+    /// export of sum or gauge `name`, if any.
+    pub fn point(&self, name: &str, wanted: &BTreeMap<String, String>) -> Option<f64> {
+        let m = self.latest_metric(name)?;
+        number_points(&m)
+            .into_iter()
+            .find(|(a, _)| a == wanted)
+            .map(|(_, v)| v)
+    }
+
+    /// The total of counter `name` over points carrying `wanted`; 0 when the
+    /// counter was never exported.
+    pub fn counter_total(&self, name: &str, wanted: &BTreeMap<String, String>) -> f64 {
+        sum_total_matching(self.latest_metric(name).as_ref(), wanted)
+    }
+
     /// The resource attributes (as strings) sent with the most recent export
     /// containing metric `name`.
     pub fn resource_attributes_of(&self, name: &str) -> Option<BTreeMap<String, String>> {
@@ -320,31 +340,6 @@ async fn bind() -> tokio::net::TcpListener {
     tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the receiver to 127.0.0.1:0")
-}
-
-/// Polls `probe` every [`POLL_INTERVAL`] until it returns `Some` or `timeout`
-/// has passed (it is always tried at least once, and once more at the end).
-pub async fn poll_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe() {
-            return Some(value);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        tokio::time::sleep(POLL_INTERVAL.min(deadline - now)).await;
-    }
-}
-
-/// Runs `future`, panicking if it takes longer than `timeout`: for steps that
-/// must not hang.
-pub async fn within<F: Future>(timeout: Duration, what: &str, future: F) -> F::Output {
-    match tokio::time::timeout(timeout, future).await {
-        Ok(output) => output,
-        Err(_) => panic!("{what} did not finish within {timeout:?}"),
-    }
 }
 
 /// Every metric in a request with its resource attributes.
