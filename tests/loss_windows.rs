@@ -12,6 +12,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,22 @@ impl Attempts {
     fn note(&self, offset: i64) {
         *self.0.lock().unwrap().entry(offset).or_default() += 1;
     }
+    /// A handler noting each call, failing permanently unless `ok(offset)`.
+    fn counting(
+        &self,
+        ok: fn(i64) -> bool,
+    ) -> impl Fn(Record) -> std::future::Ready<Result<(), BoxError>> + Send + Sync + 'static {
+        let attempts = self.clone();
+        move |r: Record| {
+            attempts.note(r.offset());
+            std::future::ready(if ok(r.offset()) {
+                Ok(())
+            } else {
+                Err(permanent("dependency returns garbage"))
+            })
+        }
+    }
+
     fn of(&self, offset: i64) -> u32 {
         self.0.lock().unwrap().get(&offset).copied().unwrap_or(0)
     }
@@ -65,19 +82,8 @@ async fn the_storm_guard_holds_while_every_partition_is_blocked() {
     }
     let group = unique("g-storm-window");
     let attempts = Attempts::default();
-    let handler = {
-        let attempts = attempts.clone();
-        move |r: Record| {
-            let attempts = attempts.clone();
-            async move {
-                attempts.note(r.offset());
-                if r.offset() % 10 != 0 {
-                    return Err(permanent("dependency returns garbage"));
-                }
-                Ok::<(), BoxError>(())
-            }
-        }
-    };
+    // Every tenth record succeeds; the others fail permanently.
+    let handler = attempts.counting(|offset| offset % 10 == 0);
     let stop = CancellationToken::new();
     let run = tokio::spawn(
         cluster
@@ -133,62 +139,62 @@ async fn the_summary_adds_up_after_a_revoke() {
     let topic = cluster.topic("summary-revoke", 2).await;
     cluster.produce_many(&topic, 2, 1_000).await;
     let group = unique("g-summary-revoke");
-    let slow = |_r: Record| async {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        Ok::<(), BoxError>(())
-    };
-    let first_stop = CancellationToken::new();
-    let handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let first = {
-        let handled = Arc::clone(&handled);
-        tokio::spawn(
-            cluster
-                .consumer_kip848(&group, &topic, move |r: Record| {
-                    let handled = Arc::clone(&handled);
-                    async move {
-                        handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        slow(r).await
-                    }
-                })
-                .run_until(first_stop.clone().cancelled_owned()),
-        )
-    };
+    let first = Member::join(&cluster, &group, &topic);
     wait_until(WAIT, "the first member handling records", || async {
-        handled.load(std::sync::atomic::Ordering::Relaxed) >= 20
+        first.handled() >= 20
     })
     .await;
     // A second member joins: one partition moves to it mid-stream.
-    let second_stop = CancellationToken::new();
-    let second_handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let second = {
-        let handled = Arc::clone(&second_handled);
-        tokio::spawn(
-            cluster
-                .consumer_kip848(&group, &topic, move |r: Record| {
-                    let handled = Arc::clone(&handled);
-                    async move {
-                        handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        slow(r).await
-                    }
-                })
-                .run_until(second_stop.clone().cancelled_owned()),
-        )
-    };
+    let second = Member::join(&cluster, &group, &topic);
     wait_until(WAIT, "the second member handling records", || async {
-        second_handled.load(std::sync::atomic::Ordering::Relaxed) >= 1
+        second.handled() >= 1
     })
     .await;
     wait_until(WAIT, "every record committed", || async {
         cluster.committed(&group, &topic, 2).await == vec![1_000, 1_000]
     })
     .await;
-    first_stop.cancel();
-    second_stop.cancel();
-    for (name, summary) in [
-        ("first", first.await.unwrap().unwrap()),
-        ("second", second.await.unwrap().unwrap()),
-    ] {
+    let (first, second) = (first.leave(), second.leave());
+    for (name, summary) in [("first", first.await), ("second", second.await)] {
         assert_adds_up(name, &summary);
+    }
+}
+
+/// A KIP-848 group member whose handler takes 5 ms per record.
+struct Member {
+    handled: Arc<AtomicU64>,
+    stop: CancellationToken,
+    run: tokio::task::JoinHandle<Result<RunSummary, fresh_consumer::RunError>>,
+}
+
+impl Member {
+    fn join(cluster: &TestCluster, group: &str, topic: &str) -> Self {
+        let handled = Arc::new(AtomicU64::new(0));
+        let stop = CancellationToken::new();
+        let counter = Arc::clone(&handled);
+        let handler = move |_r: Record| {
+            let counter = Arc::clone(&counter);
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), BoxError>(())
+            }
+        };
+        let run = tokio::spawn(
+            cluster
+                .consumer_kip848(group, topic, handler)
+                .run_until(stop.clone().cancelled_owned()),
+        );
+        Member { handled, stop, run }
+    }
+
+    fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Relaxed)
+    }
+
+    async fn leave(self) -> RunSummary {
+        self.stop.cancel();
+        self.run.await.unwrap().unwrap()
     }
 }
 
