@@ -30,6 +30,27 @@ pub const DEFAULT_REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for [`FreshConsumer::poll_warning_ratio`](crate::FreshConsumer::poll_warning_ratio).
 pub const DEFAULT_POLL_WARNING_RATIO: f64 = 0.8;
+/// Consumer properties librdkafka refuses with `group.protocol=consumer`
+/// (KIP-848), and what replaces each.
+const KIP848_REFUSED: [(&str, &str); 4] = [
+    (
+        "session.timeout.ms",
+        "the session timeout is the broker's group.consumer.session.timeout.ms",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "the heartbeat interval is the broker's group.consumer.heartbeat.interval.ms",
+    ),
+    (
+        "partition.assignment.strategy",
+        "the broker assigns; choose its assignor with group.remote.assignor",
+    ),
+    (
+        "group.protocol.type",
+        "the consumer protocol has no protocol type",
+    ),
+];
+
 /// librdkafka's default `max.poll.interval.ms`.
 const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_millis(300_000);
 
@@ -132,6 +153,20 @@ impl Settings {
                          reports a caught-up partition as lag 0); leave it false"
                     .to_owned(),
             });
+        }
+        if prop("group.protocol").is_some_and(|p| p.trim().eq_ignore_ascii_case("consumer")) {
+            // KIP-848: the broker owns these; librdkafka refuses them only
+            // when the client is created, with RunError::Client.
+            for (property, instead) in KIP848_REFUSED {
+                if prop(property).is_some() {
+                    return Err(ConfigError::InvalidProperty {
+                        property: property.to_owned(),
+                        reason: format!(
+                            "not supported with group.protocol=consumer (KIP-848): {instead}"
+                        ),
+                    });
+                }
+            }
         }
         let bootstrap = self
             .bootstrap_servers

@@ -646,6 +646,47 @@ mod tests {
     }
 
     #[test]
+    fn properties_the_consumer_protocol_refuses_are_config_errors() {
+        let kip848 = || {
+            FreshConsumer::new(())
+                .bootstrap_servers("b:1")
+                .group_id("g")
+                .topics(["t"])
+                .set("group.protocol", "consumer")
+        };
+        kip848().validate().unwrap();
+        kip848()
+            .set("max.poll.interval.ms", "60000")
+            .validate()
+            .unwrap();
+        for property in [
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "partition.assignment.strategy",
+            "group.protocol.type",
+        ] {
+            match kip848().set(property, "1000").validate() {
+                Err(ConfigError::InvalidProperty {
+                    property: p,
+                    reason,
+                }) => {
+                    assert_eq!(p, property);
+                    assert!(reason.contains("group.protocol=consumer"), "{reason}");
+                }
+                other => panic!("{property}: {other:?}"),
+            }
+        }
+        // The classic protocol takes them.
+        FreshConsumer::new(())
+            .bootstrap_servers("b:1")
+            .group_id("g")
+            .topics(["t"])
+            .set("session.timeout.ms", "10000")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
     fn options_are_validated() {
         let base = || {
             FreshConsumer::new(())
