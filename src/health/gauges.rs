@@ -123,7 +123,7 @@ impl HealthInstruments {
                         &hub,
                         |e, base| {
                             for s in PartitionStatus::ALL {
-                                let v = i64::from(s == e.judged.status);
+                                let v = i64::from(s == e.status);
                                 o.observe(v, &with(base, KeyValue::new(STATUS, s.as_str())));
                             }
                         },

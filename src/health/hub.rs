@@ -398,14 +398,8 @@ impl HealthHub {
                 }
             }
         }
-        let thresholds = self
-            .config()
-            .map(|c| c.thresholds.clone())
-            .unwrap_or_default();
-        let mut partitions: Vec<PartitionReport> = evaluated
-            .iter()
-            .map(|e| e.report(&thresholds, now))
-            .collect();
+        let mut partitions: Vec<PartitionReport> =
+            evaluated.iter().map(Evaluated::report).collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         let status = reasons
             .iter()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::health::partition::{AnomalyKind, OffsetAnomaly, lock};
-use crate::health::report::{HealthReason, PartitionReport, PartitionStatus};
+use crate::health::report::{HealthReason, HealthStatus, PartitionReport, PartitionStatus};
 use crate::health::thresholds::HealthThresholds;
 use crate::health::view::{PartitionView, Progress};
 use crate::record::unix_ms;
@@ -207,6 +207,10 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judge
 pub(crate) struct Evaluated {
     pub(crate) view: Arc<dyn PartitionView>,
     pub(crate) judged: Judged,
+    /// The status reported and exported: the rules' status, raised to
+    /// agree with the reasons.
+    pub(crate) status: PartitionStatus,
+    reasons: Vec<HealthReason>,
     committed: Option<i64>,
     processed: Option<i64>,
     high_watermark: Option<i64>,
@@ -289,7 +293,8 @@ pub(crate) fn evaluate_one(
         .blocked_since_ms()
         .map(|ms| Duration::from_millis((unix_ms(wall) - ms).max(0).unsigned_abs()));
     let anomaly = h.anomaly();
-    Evaluated {
+    let mut e = Evaluated {
+        status: judged.status,
         judged,
         committed,
         processed,
@@ -301,7 +306,26 @@ pub(crate) fn evaluate_one(
         blocked_for,
         anomaly,
         statistics_age,
+        reasons: Vec::new(),
         view,
+    };
+    e.reasons = e.reasons(t, now);
+    e.status = status_with(e.judged.status, &e.reasons);
+    e
+}
+
+/// The partition's status, raised to agree with its reasons: a partition
+/// the rules call `ok` but that carries a reason (a retention overrun, a
+/// blocking record, no success while records wait) is `warn`, or `stall`
+/// when a reason makes it unhealthy.
+fn status_with(status: PartitionStatus, reasons: &[HealthReason]) -> PartitionStatus {
+    if status != PartitionStatus::Ok {
+        return status;
+    }
+    match reasons.iter().map(HealthReason::severity).max() {
+        Some(HealthStatus::Unhealthy) => PartitionStatus::Stall,
+        Some(HealthStatus::Degraded) => PartitionStatus::Warn,
+        _ => PartitionStatus::Ok,
     }
 }
 
@@ -376,12 +400,12 @@ impl Evaluated {
         out
     }
 
-    pub(crate) fn report(&self, t: &HealthThresholds, now: Instant) -> PartitionReport {
+    pub(crate) fn report(&self) -> PartitionReport {
         let j = &self.judged;
         PartitionReport {
             topic: self.view.topic().to_string(),
             partition: self.view.partition(),
-            status: j.status,
+            status: self.status,
             committed_offset: self.committed,
             processed_offset: self.processed,
             high_watermark: self.high_watermark,
@@ -392,7 +416,7 @@ impl Evaluated {
             stalled_for: j.stalled_for,
             since_last_success: self.since_success,
             statistics_age: self.statistics_age,
-            reasons: self.reasons(t, now),
+            reasons: self.reasons.clone(),
         }
     }
 }
@@ -569,6 +593,35 @@ mod tests {
             j.status,
             PartitionStatus::Ok,
             "forgotten after a long absence"
+        );
+    }
+
+    #[test]
+    fn the_status_agrees_with_the_reasons() {
+        let overrun = HealthReason::RetentionOverrun {
+            offset: 1,
+            log_start_offset: 5,
+            lost: 4,
+            policy: crate::health::RetentionOverrunPolicy::Earliest,
+            resumed_at: Some(5),
+            ago: Duration::ZERO,
+        };
+        let no_success = HealthReason::NoSuccess {
+            duration: Duration::from_secs(90),
+        };
+        assert_eq!(status_with(PartitionStatus::Ok, &[]), PartitionStatus::Ok);
+        assert_eq!(
+            status_with(PartitionStatus::Ok, std::slice::from_ref(&overrun)),
+            PartitionStatus::Warn
+        );
+        assert_eq!(
+            status_with(PartitionStatus::Ok, &[overrun.clone(), no_success]),
+            PartitionStatus::Stall
+        );
+        // A rule's own status stands.
+        assert_eq!(
+            status_with(PartitionStatus::Rewind, &[overrun]),
+            PartitionStatus::Rewind
         );
     }
 }
