@@ -374,7 +374,7 @@ fn is_true(value: &str) -> bool {
     v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
 }
 
-fn redact_config_error(e: KafkaError) -> ConfigError {
+pub(crate) fn redact_config_error(e: KafkaError) -> ConfigError {
     match e {
         KafkaError::ClientConfig(_, desc, key, value) => {
             let reason = if is_secret_property(&key) || value.is_empty() {

@@ -60,6 +60,11 @@
 //!   defines.
 //! - [`metrics`]: the metric and attribute names, the instruments, the
 //!   shutdown flush; [`otlp`]: the opt-in exporter helper.
+//! - [`monitor`]: the group monitor, which watches groups from outside
+//!   (committed offsets, watermarks, the record at the committed offset):
+//!   `reader.rs` the reads, `judge.rs` statuses and diagnosis, `report.rs`,
+//!   `export.rs` the gauges. It depends on `config` and lower, never on
+//!   the engine.
 //! - Leaves: `record.rs` ([`Record`] and the one event-time rule),
 //!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`], `summary.rs`,
 //!   `error.rs`.
@@ -100,6 +105,7 @@ pub mod failure;
 mod handler;
 pub mod health;
 pub mod metrics;
+pub mod monitor;
 mod ordering;
 pub mod otlp;
 mod record;

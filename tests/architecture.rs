@@ -2,8 +2,12 @@
 //! between the crate's top-level modules run one way,
 //!
 //! ```text
-//! consumer -> engine -> config -> {failure, health} -> otlp -> metrics -> leaves
+//! consumer -> engine -> monitor -> config -> {failure, health} -> otlp -> metrics -> leaves
 //! ```
+//!
+//! (`monitor`, the group monitor, sits beside the engine: it uses the
+//! configuration's property checks and the metric names, never the engine
+//! or the consumer.)
 //!
 //! (leaves: `record`, `clock`, `handler`, `error`, `ordering`, `summary`,
 //! `slo`, which import only `record` and `error` among themselves). A module
@@ -23,6 +27,7 @@ fn layer(module: &str) -> Option<u32> {
         "__bench" => 90,
         "consumer" => 80,
         "engine" => 70,
+        "monitor" => 65,
         "config" => 60,
         "failure" | "health" => 50,
         "otlp" => 45,

@@ -1,0 +1,667 @@
+//! Watching consumer groups from outside: offset lag, **time lag**,
+//! retention margin and a diagnosis per group, read from the brokers, so a
+//! crashed, hung or never-deployed consumer still shows (as growing
+//! seconds) when it exports nothing itself.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use fresh_consumer::monitor::GroupMonitor;
+//!
+//! # async fn run() -> Result<(), fresh_consumer::monitor::MonitorError> {
+//! let mut monitor = GroupMonitor::new()
+//!     .bootstrap_servers("localhost:9092")
+//!     .group("billing")
+//!     .topics(["payments"])
+//!     .interval(Duration::from_secs(10))
+//!     .connect()
+//!     .await?;
+//! let report = monitor.cycle().await?;
+//! for g in &report.groups {
+//!     println!("{}: {}", g.group, g.diagnosis.as_str());
+//!     for p in &g.partitions {
+//!         println!("  {}-{} lag={:?} time lag={:?} {}", p.topic, p.partition,
+//!             p.offset_lag, p.time_lag, p.status.as_str());
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Each cycle ([`Monitor::cycle`]), for every partition of the watched
+//! topics: topic metadata; the log start offset and the high watermark
+//! (ListOffsets under `read_uncommitted`) and the last stable offset
+//! (ListOffsets under `read_committed`); each group's committed offsets
+//! (OffsetFetch, through a client that carries the group's `group.id` but
+//! never joins it or commits); and, where the offset lag is above zero, the
+//! timestamp of the record at the committed offset, read once by a probe
+//! consumer that assigns the partition there (group id
+//! `fresh-consumer-monitor-probe`, never committed) and remembered until
+//! the committed offset moves. Time lag is now minus that timestamp. The
+//! rules turning the samples into [`LagStatus`] and [`Diagnosis`] are
+//! documented on those types; [`GroupMonitor`] lists their thresholds.
+//!
+//! Inside the module: `reader.rs` does the reads, `judge.rs` the rules (no
+//! I/O), `report.rs` holds the report types, `export.rs` the gauges.
+
+mod export;
+mod judge;
+mod reader;
+mod report;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::metrics::Meter;
+use rdkafka::error::KafkaError;
+
+use crate::config::RedactedProperties;
+use crate::error::ConfigError;
+use crate::monitor::judge::{GroupTracker, Rules};
+use crate::monitor::reader::{Reader, ReaderSettings};
+use crate::record::unix_ms;
+
+pub use reader::PROBE_GROUP_ID;
+pub use report::{
+    Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, Scaling,
+};
+
+/// Default for [`GroupMonitor::interval`]: 10 s between cycles.
+pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+/// Default for [`GroupMonitor::window`]: 5 min.
+pub const DEFAULT_MONITOR_WINDOW: Duration = Duration::from_secs(300);
+/// Default for [`GroupMonitor::stall_after`]: 60 s.
+pub const DEFAULT_MONITOR_STALL_AFTER: Duration = Duration::from_secs(60);
+/// Default for [`GroupMonitor::lag_threshold`]: 60 s.
+pub const DEFAULT_MONITOR_LAG_THRESHOLD: Duration = Duration::from_secs(60);
+/// Default for [`GroupMonitor::skew_share`]: 0.75.
+pub const DEFAULT_MONITOR_SKEW_SHARE: f64 = 0.75;
+/// Default for [`GroupMonitor::drain_target`]: 10 min.
+pub const DEFAULT_MONITOR_DRAIN_TARGET: Duration = Duration::from_secs(600);
+/// Default for [`GroupMonitor::request_timeout`]: 10 s.
+pub const DEFAULT_MONITOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`GroupMonitor::read_timeout`]: 5 s.
+pub const DEFAULT_MONITOR_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the monitor could not start or a cycle failed. Never contains the
+/// value of a secret property.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MonitorError {
+    /// The configuration is invalid (no bootstrap servers, no group, no
+    /// topic, a zero duration, a property librdkafka rejects, a property
+    /// the monitor sets itself); nothing was connected.
+    #[error("invalid monitor configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// No broker answered a metadata request within the request timeout
+    /// when the monitor connected.
+    #[error("no broker of `{bootstrap}` answered")]
+    Unreachable {
+        /// The bootstrap servers tried.
+        bootstrap: String,
+        /// librdkafka's error (for example `BrokerTransportFailure` or
+        /// `OperationTimedOut`).
+        #[source]
+        source: KafkaError,
+    },
+    /// A watched topic does not exist (or the client may not see it).
+    #[error("unknown topic `{topic}`")]
+    UnknownTopic {
+        /// The topic name.
+        topic: String,
+    },
+    /// A read of one cycle failed (metadata, list offsets, offset fetch,
+    /// assign). [`Monitor::run_until`] counts it and goes on.
+    #[error("kafka {operation} failed")]
+    Kafka {
+        /// `metadata`, `list offsets`, `offset fetch` or `assign`.
+        operation: &'static str,
+        /// librdkafka's error.
+        #[source]
+        source: KafkaError,
+    },
+    /// The blocking reader thread panicked (a bug).
+    #[error("the monitor's reader thread panicked")]
+    ReaderPanicked,
+}
+
+impl MonitorError {
+    /// The `error.type` of a failed cycle in `fresh_consumer.monitor.cycles`:
+    /// `config`, `unreachable`, `unknown_topic`, `kafka` or `reader_panicked`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MonitorError::Config(_) => "config",
+            MonitorError::Unreachable { .. } => "unreachable",
+            MonitorError::UnknownTopic { .. } => "unknown_topic",
+            MonitorError::Kafka { .. } => "kafka",
+            MonitorError::ReaderPanicked => "reader_panicked",
+        }
+    }
+}
+
+/// Builder of a group monitor: what to watch, how often, and the thresholds
+/// of the statuses and the diagnosis.
+///
+/// Needs bootstrap servers, at least one group and at least one topic;
+/// every group is watched on every topic. [`connect`](Self::connect)
+/// validates and checks that a broker answers and every topic exists.
+#[derive(Clone)]
+pub struct GroupMonitor {
+    bootstrap: Option<String>,
+    properties: Vec<(String, String)>,
+    groups: Vec<String>,
+    topics: Vec<String>,
+    interval: Duration,
+    window: Duration,
+    stall_after: Duration,
+    lag_threshold: Duration,
+    skew_share: f64,
+    drain_target: Duration,
+    current_replicas: Option<u32>,
+    read_committed: bool,
+    request_timeout: Duration,
+    read_timeout: Duration,
+    meter: Option<Meter>,
+}
+
+impl Default for GroupMonitor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for GroupMonitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupMonitor")
+            .field("bootstrap", &self.bootstrap)
+            .field("properties", &RedactedProperties(&self.properties))
+            .field("groups", &self.groups)
+            .field("topics", &self.topics)
+            .field("interval", &self.interval)
+            .field("window", &self.window)
+            .field("stall_after", &self.stall_after)
+            .field("lag_threshold", &self.lag_threshold)
+            .field("skew_share", &self.skew_share)
+            .field("drain_target", &self.drain_target)
+            .field("current_replicas", &self.current_replicas)
+            .field("read_committed", &self.read_committed)
+            .field("request_timeout", &self.request_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn positive(option: &'static str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        Err(ConfigError::InvalidOption {
+            option,
+            reason: "must be more than zero".into(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl GroupMonitor {
+    /// A monitor with the defaults (`DEFAULT_MONITOR_*`) and nothing to
+    /// watch yet.
+    pub fn new() -> Self {
+        GroupMonitor {
+            bootstrap: None,
+            properties: Vec::new(),
+            groups: Vec::new(),
+            topics: Vec::new(),
+            interval: DEFAULT_MONITOR_INTERVAL,
+            window: DEFAULT_MONITOR_WINDOW,
+            stall_after: DEFAULT_MONITOR_STALL_AFTER,
+            lag_threshold: DEFAULT_MONITOR_LAG_THRESHOLD,
+            skew_share: DEFAULT_MONITOR_SKEW_SHARE,
+            drain_target: DEFAULT_MONITOR_DRAIN_TARGET,
+            current_replicas: None,
+            read_committed: true,
+            request_timeout: DEFAULT_MONITOR_REQUEST_TIMEOUT,
+            read_timeout: DEFAULT_MONITOR_READ_TIMEOUT,
+            meter: None,
+        }
+    }
+
+    /// `bootstrap.servers`: `host:port[,host:port...]`. Required.
+    pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
+        self.bootstrap = Some(servers.into());
+        self
+    }
+
+    /// Any librdkafka client property, given to every client the monitor
+    /// creates: security settings (`security.protocol`, `sasl.*`,
+    /// `ssl.*`), `client.id`, ... `bootstrap.servers` sets
+    /// [`bootstrap_servers`](Self::bootstrap_servers); `group.id`,
+    /// `enable.auto.commit`, `enable.auto.offset.store` and
+    /// `isolation.level` are the monitor's own and rejected by
+    /// [`validate`](Self::validate) (see [`read_committed`](Self::read_committed)).
+    /// Secret values never appear in `Debug` output or errors.
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        let value = value.into();
+        if key == "bootstrap.servers" {
+            self.bootstrap = Some(value);
+        } else {
+            self.properties.push((key, value));
+        }
+        self
+    }
+
+    /// Adds a consumer group to watch (its `group.id`). Groups must be
+    /// named: the monitor does not list the cluster's groups.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.groups.push(group.into());
+        self
+    }
+
+    /// Adds consumer groups to watch.
+    pub fn groups<I, S>(mut self, groups: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.groups.extend(groups.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds topics to watch (exact names; every group is watched on every
+    /// topic).
+    pub fn topics<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topics.extend(topics.into_iter().map(Into::into));
+        self
+    }
+
+    /// Time between the starts of two cycles in
+    /// [`Monitor::run_until`]; bounds how soon a problem shows. More than
+    /// zero. Default [`DEFAULT_MONITOR_INTERVAL`].
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// The window the rates (commit, produce, log start) and the diagnosis
+    /// look back over: a group is [`Diagnosis::Dead`] once no committed
+    /// offset moved for longer than this while records wait. At least
+    /// [`interval`](Self::interval). Default [`DEFAULT_MONITOR_WINDOW`].
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// How long a committed offset must stay unchanged while records wait
+    /// before the partition is [`LagStatus::Stalled`]. More than zero.
+    /// Default [`DEFAULT_MONITOR_STALL_AFTER`].
+    pub fn stall_after(mut self, stall_after: Duration) -> Self {
+        self.stall_after = stall_after;
+        self
+    }
+
+    /// The time lag at and above which a partition is
+    /// [`LagStatus::Lagging`] and a group counts as behind (for
+    /// [`Diagnosis::Skewed`] and [`Diagnosis::ConsumerBound`]). Set it to a
+    /// share of your freshness objective, well above the consumers' commit
+    /// interval (time lag includes the wait for the next commit). More than
+    /// zero. Default [`DEFAULT_MONITOR_LAG_THRESHOLD`].
+    pub fn lag_threshold(mut self, threshold: Duration) -> Self {
+        self.lag_threshold = threshold;
+        self
+    }
+
+    /// The share of the summed time lag that at most a quarter of the
+    /// partitions (at least one) must carry for [`Diagnosis::Skewed`]. In
+    /// (0, 1]. Default [`DEFAULT_MONITOR_SKEW_SHARE`].
+    pub fn skew_share(mut self, share: f64) -> Self {
+        self.skew_share = share;
+        self
+    }
+
+    /// How soon the backlog should be drained, for the replica suggestion
+    /// of a [`Diagnosis::ConsumerBound`] group. More than zero. Default
+    /// [`DEFAULT_MONITOR_DRAIN_TARGET`].
+    pub fn drain_target(mut self, target: Duration) -> Self {
+        self.drain_target = target;
+        self
+    }
+
+    /// The group's current replica (consumer) count, which the monitor
+    /// cannot see without joining: with it [`Scaling::Suggest`] carries a
+    /// replica count, without it only a throughput factor. At least 1.
+    pub fn current_replicas(mut self, replicas: u32) -> Self {
+        self.current_replicas = Some(replicas);
+        self
+    }
+
+    /// `true` (the default, like librdkafka's `isolation.level`): offset
+    /// lag counts to the last stable offset and the probe reads committed
+    /// records only; `false`: to the high watermark. Set it as the watched
+    /// consumers read.
+    pub fn read_committed(mut self, read_committed: bool) -> Self {
+        self.read_committed = read_committed;
+        self
+    }
+
+    /// Bound on each metadata, list-offsets and offset-fetch request. More
+    /// than zero. Default [`DEFAULT_MONITOR_REQUEST_TIMEOUT`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Bound on reading the records at committed offsets in one cycle;
+    /// partitions not read in time report [`HeadTimestamp::Unread`]. More
+    /// than zero. Default [`DEFAULT_MONITOR_READ_TIMEOUT`].
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// The `Meter` to build the monitor's gauges from (`fresh_consumer.monitor.*`,
+    /// see [`metrics`](crate::metrics)); without it the monitor exports
+    /// nothing.
+    pub fn meter(mut self, meter: Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Checks the configuration without network I/O.
+    ///
+    /// # Errors
+    /// [`ConfigError::MissingBootstrapServers`], [`ConfigError::MissingTopics`],
+    /// [`ConfigError::EmptyTopicName`], or [`ConfigError::InvalidOption`]
+    /// (no group, an empty group name, a zero duration, a window shorter
+    /// than the interval, a skew share outside (0, 1], zero replicas, a
+    /// property the monitor sets itself), or
+    /// [`ConfigError::InvalidProperty`] when librdkafka rejects a property.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .bootstrap
+            .as_deref()
+            .is_none_or(|b| b.trim().is_empty())
+        {
+            return Err(ConfigError::MissingBootstrapServers);
+        }
+        if self.groups.is_empty() || self.groups.iter().any(|g| g.is_empty()) {
+            return Err(ConfigError::InvalidOption {
+                option: "group",
+                reason: "name at least one consumer group, none of them empty".into(),
+            });
+        }
+        if self.topics.is_empty() {
+            return Err(ConfigError::MissingTopics);
+        }
+        if self.topics.iter().any(|t| t.is_empty()) {
+            return Err(ConfigError::EmptyTopicName);
+        }
+        positive("interval", self.interval)?;
+        positive("window", self.window)?;
+        positive("stall_after", self.stall_after)?;
+        positive("lag_threshold", self.lag_threshold)?;
+        positive("drain_target", self.drain_target)?;
+        positive("request_timeout", self.request_timeout)?;
+        positive("read_timeout", self.read_timeout)?;
+        if self.window < self.interval {
+            return Err(ConfigError::InvalidOption {
+                option: "window",
+                reason: "must be at least the interval".into(),
+            });
+        }
+        if !(self.skew_share > 0.0 && self.skew_share <= 1.0) {
+            return Err(ConfigError::InvalidOption {
+                option: "skew_share",
+                reason: "must be in (0, 1]".into(),
+            });
+        }
+        if self.current_replicas == Some(0) {
+            return Err(ConfigError::InvalidOption {
+                option: "current_replicas",
+                reason: "must be at least 1".into(),
+            });
+        }
+        for (k, _) in &self.properties {
+            if let Some(e) = reader::reserved(k) {
+                return Err(e);
+            }
+        }
+        // librdkafka's own check of every property, without a client.
+        let mut cc = rdkafka::ClientConfig::new();
+        for (k, v) in &self.properties {
+            cc.set(k, v);
+        }
+        cc.create_native_config()
+            .map_err(crate::config::redact_config_error)?;
+        Ok(())
+    }
+
+    fn rules(&self) -> Rules {
+        Rules {
+            window: self.window,
+            stall_after: self.stall_after,
+            lag_threshold: self.lag_threshold,
+            skew_share: self.skew_share,
+            drain_target: self.drain_target,
+            current_replicas: self.current_replicas,
+        }
+    }
+
+    /// Validates, creates the clients, and checks that a broker answers and
+    /// every topic exists. Must run inside a tokio runtime (the blocking
+    /// reads run on its blocking threads).
+    ///
+    /// # Errors
+    /// [`MonitorError::Config`], [`MonitorError::Unreachable`] (after the
+    /// request timeout), [`MonitorError::UnknownTopic`]. An unknown group
+    /// is not an error: it has no committed offsets, so its partitions
+    /// report [`LagStatus::NoCommittedOffset`] and the group
+    /// [`Diagnosis::NoOffsets`].
+    pub async fn connect(self) -> Result<Monitor, MonitorError> {
+        self.validate()?;
+        let settings = ReaderSettings {
+            bootstrap: self.bootstrap.clone().unwrap_or_default(),
+            properties: self.properties.clone(),
+            groups: self.groups.clone(),
+            topics: self.topics.clone(),
+            read_committed: self.read_committed,
+            request_timeout: self.request_timeout,
+            read_timeout: self.read_timeout,
+        };
+        let reader = tokio::task::spawn_blocking(move || {
+            let reader = Reader::new(settings)?;
+            reader.check()?;
+            Ok::<_, MonitorError>(reader)
+        })
+        .await
+        .map_err(|_| MonitorError::ReaderPanicked)??;
+        let shared = Arc::new(Shared::default());
+        let export = self
+            .meter
+            .as_ref()
+            .map(|m| export::Export::new(m, Arc::downgrade(&shared)));
+        Ok(Monitor {
+            reader: Arc::new(Mutex::new(reader)),
+            trackers: self
+                .groups
+                .iter()
+                .map(|_| GroupTracker::default())
+                .collect(),
+            rules: self.rules(),
+            interval: self.interval,
+            shared,
+            _export: export,
+        })
+    }
+
+    /// [`connect`](Self::connect)s, then [`Monitor::run_until`] `stop`
+    /// resolves.
+    ///
+    /// # Errors
+    /// Those of [`connect`](Self::connect); cycle errors are counted, not
+    /// returned.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), MonitorError> {
+        self.connect().await?.run_until(stop).await;
+        Ok(())
+    }
+}
+
+/// What the handle and the gauges read: the latest report and the cycle
+/// counts.
+#[derive(Default)]
+pub(crate) struct Shared {
+    latest: Mutex<Option<Arc<MonitorReport>>>,
+    cycles_ok: AtomicU64,
+    cycles_failed: AtomicU64,
+    failed_by_kind: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn latest(&self) -> Option<Arc<MonitorReport>> {
+        lock(&self.latest).clone()
+    }
+
+    pub(crate) fn cycles_ok(&self) -> u64 {
+        self.cycles_ok.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn failed_by_kind(&self) -> Vec<(&'static str, u64)> {
+        lock(&self.failed_by_kind)
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect()
+    }
+}
+
+/// A connected monitor: runs cycles, keeps the samples of the window.
+pub struct Monitor {
+    reader: Arc<Mutex<Reader>>,
+    trackers: Vec<GroupTracker>,
+    rules: Rules,
+    interval: Duration,
+    shared: Arc<Shared>,
+    _export: Option<export::Export>,
+}
+
+impl fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Monitor")
+            .field("interval", &self.interval)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// Runs one cycle now: reads every watched partition and evaluates each
+    /// group with the samples of earlier cycles. The report also becomes
+    /// the one [`MonitorHandle::latest`] and the gauges show.
+    ///
+    /// # Errors
+    /// [`MonitorError::Kafka`] when a read failed (the samples are kept;
+    /// the next cycle may succeed), [`MonitorError::UnknownTopic`] when a
+    /// topic disappeared.
+    pub async fn cycle(&mut self) -> Result<MonitorReport, MonitorError> {
+        let started = Instant::now();
+        let reader = Arc::clone(&self.reader);
+        let reads = tokio::task::spawn_blocking(move || lock(&reader).read())
+            .await
+            .map_err(|_| MonitorError::ReaderPanicked)
+            .and_then(|r| r);
+        let reads = match reads {
+            Ok(r) => r,
+            Err(e) => {
+                self.shared.cycles_failed.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.shared.failed_by_kind)
+                    .entry(e.kind())
+                    .or_default() += 1;
+                return Err(e);
+            }
+        };
+        let now = Instant::now();
+        let taken_at = SystemTime::now();
+        let now_ms = unix_ms(taken_at);
+        let groups = reads
+            .groups
+            .iter()
+            .zip(&mut self.trackers)
+            .map(|((group, obs), tracker)| tracker.evaluate(group, obs, &self.rules, now, now_ms))
+            .collect();
+        let report = MonitorReport {
+            taken_at,
+            cycle_duration: now.saturating_duration_since(started),
+            records_read: reads.records_read,
+            groups,
+        };
+        *lock(&self.shared.latest) = Some(Arc::new(report.clone()));
+        self.shared.cycles_ok.fetch_add(1, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// A handle to the latest report, for another task.
+    pub fn handle(&self) -> MonitorHandle {
+        MonitorHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Runs a cycle every [`interval`](GroupMonitor::interval) until `stop`
+    /// resolves. A failed cycle is logged (WARN), counted
+    /// ([`MonitorHandle::cycles`], `fresh_consumer.monitor.cycles` with
+    /// `error.type`), and the next one runs at its time; the latest report
+    /// stays the last good one.
+    pub async fn run_until(mut self, stop: impl Future<Output = ()>) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tick.tick() => {}
+            }
+            tokio::select! {
+                _ = &mut stop => return,
+                r = self.cycle() => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, source = ?std::error::Error::source(&e).map(|s| s.to_string()), "group monitor cycle failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads what a running [`Monitor`] last reported. Cheap to clone.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for MonitorHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MonitorHandle").finish_non_exhaustive()
+    }
+}
+
+impl MonitorHandle {
+    /// The latest successful cycle's report; `None` before the first.
+    pub fn latest(&self) -> Option<Arc<MonitorReport>> {
+        self.shared.latest()
+    }
+
+    /// `(successful, failed)` cycles so far.
+    pub fn cycles(&self) -> (u64, u64) {
+        (
+            self.shared.cycles_ok.load(Ordering::Relaxed),
+            self.shared.cycles_failed.load(Ordering::Relaxed),
+        )
+    }
+}

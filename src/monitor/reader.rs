@@ -1,0 +1,348 @@
+//! The monitor's reads from Kafka, all blocking (run on a blocking thread):
+//! topic metadata, watermarks, the watched groups' committed offsets, and
+//! the timestamps of the records at those offsets.
+//!
+//! No client joins a group or commits: the offset readers carry the watched
+//! group's `group.id` only to ask for its offsets (OffsetFetch), and the
+//! probe that reads records assigns partitions under a group id of its own.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::{Offset, Timestamp, TopicPartitionList};
+
+use crate::config::redact_config_error;
+use crate::error::ConfigError;
+use crate::monitor::MonitorError;
+use crate::monitor::judge::{HeadRead, Observation};
+use crate::record::RecordTimestamp;
+
+/// The group id the probe assigns partitions under (it never joins or
+/// commits): `fresh-consumer-monitor-probe`.
+pub const PROBE_GROUP_ID: &str = "fresh-consumer-monitor-probe";
+
+/// What the reader needs from the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct ReaderSettings {
+    pub(crate) bootstrap: String,
+    pub(crate) properties: Vec<(String, String)>,
+    pub(crate) groups: Vec<String>,
+    pub(crate) topics: Vec<String>,
+    pub(crate) read_committed: bool,
+    pub(crate) request_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+}
+
+pub(crate) struct Reader {
+    settings: ReaderSettings,
+    /// Metadata, log start and high watermark (`read_uncommitted`).
+    uncommitted: BaseConsumer,
+    /// The last stable offset (`read_committed`).
+    committed_view: BaseConsumer,
+    /// One offset reader per watched group.
+    groups: Vec<(String, BaseConsumer)>,
+    /// Reads the records at committed offsets.
+    probe: BaseConsumer,
+    /// Timestamps of records already read, by (topic, partition, offset).
+    timestamps: HashMap<(String, i32, i64), RecordTimestamp>,
+}
+
+/// One cycle's reads: per group, its observations.
+pub(crate) struct CycleReads {
+    pub(crate) groups: Vec<(String, Vec<Observation>)>,
+    pub(crate) records_read: u64,
+}
+
+fn client(settings: &ReaderSettings, extra: &[(&str, &str)]) -> Result<BaseConsumer, MonitorError> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &settings.bootstrap);
+    for (k, v) in &settings.properties {
+        cc.set(k, v);
+    }
+    cc.set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("allow.auto.create.topics", "false");
+    for (k, v) in extra {
+        cc.set(*k, *v);
+    }
+    cc.create()
+        .map_err(|e| MonitorError::Config(redact_config_error(e)))
+}
+
+fn kafka(operation: &'static str) -> impl Fn(KafkaError) -> MonitorError {
+    move |source| MonitorError::Kafka { operation, source }
+}
+
+impl Reader {
+    /// Creates the clients (no network I/O yet).
+    pub(crate) fn new(settings: ReaderSettings) -> Result<Self, MonitorError> {
+        let isolation = if settings.read_committed {
+            "read_committed"
+        } else {
+            "read_uncommitted"
+        };
+        let uncommitted = client(&settings, &[("isolation.level", "read_uncommitted")])?;
+        let committed_view = client(&settings, &[("isolation.level", "read_committed")])?;
+        let probe = client(
+            &settings,
+            &[
+                ("group.id", PROBE_GROUP_ID),
+                ("isolation.level", isolation),
+                ("auto.offset.reset", "earliest"),
+                // One bounded read: a small fetch, nothing queued ahead.
+                ("max.partition.fetch.bytes", "65536"),
+                ("fetch.max.bytes", "1048576"),
+                ("queued.min.messages", "1"),
+                ("queued.max.messages.kbytes", "1024"),
+                ("fetch.wait.max.ms", "50"),
+            ],
+        )?;
+        let groups = settings
+            .groups
+            .iter()
+            .map(|g| Ok((g.clone(), client(&settings, &[("group.id", g)])?)))
+            .collect::<Result<_, MonitorError>>()?;
+        Ok(Reader {
+            settings,
+            uncommitted,
+            committed_view,
+            groups,
+            probe,
+            timestamps: HashMap::new(),
+        })
+    }
+
+    /// Checks that a broker answers and every topic exists.
+    pub(crate) fn check(&self) -> Result<(), MonitorError> {
+        for topic in &self.settings.topics {
+            self.partitions(topic).map_err(|e| match e {
+                MonitorError::Kafka { source, .. } => MonitorError::Unreachable {
+                    bootstrap: self.settings.bootstrap.clone(),
+                    source,
+                },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn partitions(&self, topic: &str) -> Result<Vec<i32>, MonitorError> {
+        let md = self
+            .uncommitted
+            .fetch_metadata(Some(topic), self.settings.request_timeout)
+            .map_err(kafka("metadata"))?;
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Err(MonitorError::UnknownTopic {
+                topic: topic.to_owned(),
+            });
+        };
+        match t.error() {
+            None => {}
+            Some(e)
+                if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition
+                    || RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopic =>
+            {
+                return Err(MonitorError::UnknownTopic {
+                    topic: topic.to_owned(),
+                });
+            }
+            Some(e) => {
+                return Err(MonitorError::Kafka {
+                    operation: "metadata",
+                    source: KafkaError::MetadataFetch(e.into()),
+                });
+            }
+        }
+        if t.partitions().is_empty() {
+            return Err(MonitorError::UnknownTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// One cycle's reads.
+    pub(crate) fn read(&mut self) -> Result<CycleReads, MonitorError> {
+        let timeout = self.settings.request_timeout;
+        // (topic, partition) -> (log start, high watermark, last stable offset)
+        let mut marks: Vec<(String, i32, i64, i64, i64)> = Vec::new();
+        for topic in &self.settings.topics {
+            for p in self.partitions(topic)? {
+                let (start, high) = self
+                    .uncommitted
+                    .fetch_watermarks(topic, p, timeout)
+                    .map_err(kafka("list offsets"))?;
+                let (_, stable) = self
+                    .committed_view
+                    .fetch_watermarks(topic, p, timeout)
+                    .map_err(kafka("list offsets"))?;
+                marks.push((topic.clone(), p, start, high, stable));
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (topic, p, ..) in &marks {
+            tpl.add_partition(topic, *p);
+        }
+        let mut groups = Vec::with_capacity(self.groups.len());
+        for (group, reader) in &self.groups {
+            let got = reader
+                .committed_offsets(tpl.clone(), timeout)
+                .map_err(kafka("offset fetch"))?;
+            let obs: Vec<Observation> = marks
+                .iter()
+                .map(|(topic, p, start, high, stable)| {
+                    let committed = match got.find_partition(topic, *p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) if o >= 0 => Some(o),
+                        _ => None,
+                    };
+                    let end = if self.settings.read_committed {
+                        *stable
+                    } else {
+                        *high
+                    };
+                    Observation {
+                        topic: topic.clone(),
+                        partition: *p,
+                        committed,
+                        log_start: *start,
+                        high_watermark: *high,
+                        last_stable: *stable,
+                        end,
+                        head: HeadRead::NotNeeded,
+                    }
+                })
+                .collect();
+            groups.push((group.clone(), obs));
+        }
+
+        // The records to read: the first at or after max(committed, log start).
+        let mut wanted: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+        for (_, obs) in &groups {
+            for o in obs {
+                if let Some(c) = o.committed
+                    && o.end > c
+                {
+                    let at = c.max(o.log_start);
+                    let offsets = wanted.entry((o.topic.clone(), o.partition)).or_default();
+                    if !offsets.contains(&at) {
+                        offsets.push(at);
+                    }
+                }
+            }
+        }
+        let keep: HashSet<(String, i32, i64)> = wanted
+            .iter()
+            .flat_map(|((t, p), offs)| offs.iter().map(move |o| (t.clone(), *p, *o)))
+            .collect();
+        self.timestamps.retain(|k, _| keep.contains(k));
+        let records_read = self.read_records(&wanted)?;
+
+        for (_, obs) in &mut groups {
+            for o in obs {
+                if let Some(c) = o.committed
+                    && o.end > c
+                {
+                    let at = c.max(o.log_start);
+                    o.head = match self.timestamps.get(&(o.topic.clone(), o.partition, at)) {
+                        Some(ts) => HeadRead::Read {
+                            offset: at,
+                            timestamp: *ts,
+                        },
+                        None => HeadRead::Unread,
+                    };
+                }
+            }
+        }
+        Ok(CycleReads {
+            groups,
+            records_read,
+        })
+    }
+
+    /// Reads the timestamps not cached yet, in rounds (a partition can be
+    /// assigned at one offset at a time), all within the read timeout.
+    fn read_records(
+        &mut self,
+        wanted: &BTreeMap<(String, i32), Vec<i64>>,
+    ) -> Result<u64, MonitorError> {
+        let deadline = Instant::now() + self.settings.read_timeout;
+        let mut read = 0;
+        loop {
+            let mut pending: HashMap<(String, i32), i64> = HashMap::new();
+            for ((topic, p), offsets) in wanted {
+                let mut todo = offsets
+                    .iter()
+                    .filter(|o| !self.timestamps.contains_key(&(topic.clone(), *p, **o)));
+                if let Some(o) = todo.next() {
+                    pending.insert((topic.clone(), *p), *o);
+                }
+            }
+            if pending.is_empty() {
+                break;
+            }
+            let mut tpl = TopicPartitionList::new();
+            for ((topic, p), o) in &pending {
+                tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+                    .map_err(kafka("assign"))?;
+            }
+            self.probe.assign(&tpl).map_err(kafka("assign"))?;
+            while !pending.is_empty() {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let wait = (deadline - now).min(Duration::from_millis(100));
+                match self.probe.poll(wait) {
+                    Some(Ok(m)) => {
+                        let key = (m.topic().to_owned(), m.partition());
+                        if let Some(&want) = pending.get(&key)
+                            && m.offset() >= want
+                        {
+                            let ts = match m.timestamp() {
+                                Timestamp::NotAvailable => RecordTimestamp::NotAvailable,
+                                Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
+                                Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
+                            };
+                            self.timestamps.insert((key.0.clone(), key.1, want), ts);
+                            pending.remove(&key);
+                            read += 1;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "monitor probe read");
+                    }
+                    None => {}
+                }
+            }
+            let _ = self.probe.unassign();
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        Ok(read)
+    }
+}
+
+/// `ConfigError` for a property the monitor sets itself.
+pub(crate) fn reserved(property: &str) -> Option<ConfigError> {
+    const OWN: &[&str] = &[
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "isolation.level",
+        "bootstrap.servers",
+    ];
+    OWN.contains(&property).then(|| ConfigError::InvalidOption {
+        option: "set",
+        reason: format!(
+            "`{property}` is set by the monitor itself (use the builder's method for it, if any)"
+        ),
+    })
+}

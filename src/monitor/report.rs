@@ -1,0 +1,293 @@
+//! What one monitor cycle reports: a row per watched partition, a diagnosis
+//! per group.
+
+use std::time::{Duration, SystemTime};
+
+use crate::summary::TopicPartition;
+
+/// The report of one cycle of a [`Monitor`](crate::monitor::Monitor): one
+/// [`GroupReport`] per watched group, in the order the groups were given.
+#[derive(Clone, Debug)]
+pub struct MonitorReport {
+    /// Wall-clock time at which the cycle's reads finished (the "now" of
+    /// every time lag in the report).
+    pub taken_at: SystemTime,
+    /// How long the cycle's reads took (metadata, offsets, watermarks and
+    /// the reads of records at committed offsets).
+    pub cycle_duration: Duration,
+    /// Records read at committed offsets in this cycle (timestamps of
+    /// offsets already read in an earlier cycle are reused, not read again).
+    pub records_read: u64,
+    /// One report per watched group.
+    pub groups: Vec<GroupReport>,
+}
+
+/// One group's partitions and its diagnosis.
+#[derive(Clone, Debug)]
+pub struct GroupReport {
+    /// The consumer group (`group.id`).
+    pub group: String,
+    /// Every partition of the watched topics, by topic then partition number.
+    pub partitions: Vec<PartitionLag>,
+    /// What is wrong, if anything (see [`Diagnosis`]).
+    pub diagnosis: Diagnosis,
+    /// The partitions the diagnosis is about: the frozen ones for
+    /// [`Diagnosis::Stuck`] and [`Diagnosis::Dead`], the ones carrying the
+    /// time lag for [`Diagnosis::Skewed`]; empty otherwise.
+    pub named: Vec<TopicPartition>,
+    /// Sum of the offset lags, in records (for the drain estimate only:
+    /// alert on the per-partition maximum).
+    pub total_lag: u64,
+    /// The largest time lag of any partition; `None` when no partition's
+    /// time lag is known.
+    pub max_time_lag: Option<Duration>,
+    /// Records per second the group's committed offsets advanced over the
+    /// window (summed over partitions); 0 until two samples exist.
+    pub commit_rate: f64,
+    /// Records per second the log ends advanced over the window (summed
+    /// over partitions): the produce rate.
+    pub produce_rate: f64,
+    /// Estimated time to drain the backlog at the recent commit rate:
+    /// `total_lag / (commit_rate - produce_rate)`; `Some(ZERO)` without a
+    /// backlog, `None` when the group is not gaining on the log end.
+    pub drain_time: Option<Duration>,
+    /// Whether more replicas would help (see [`Scaling`]).
+    pub scaling: Scaling,
+    /// Records read at this group's committed offsets, since the monitor
+    /// started, that had no usable timestamp (none, or negative): their
+    /// partitions' time lag is unknown. Each record counts once.
+    pub timestamps_missing: u64,
+    /// Records read at this group's committed offsets, since the monitor
+    /// started, whose timestamp was later than the monitor's clock: their
+    /// partitions' time lag is reported as 0. Each record counts once.
+    pub timestamps_future: u64,
+}
+
+/// One partition of one group, as read in one cycle.
+///
+/// Offsets are Kafka offsets; the committed offset is the group's "next
+/// offset to read".
+#[derive(Clone, Debug)]
+pub struct PartitionLag {
+    /// The topic.
+    pub topic: String,
+    /// The partition number.
+    pub partition: i32,
+    /// The group's committed offset (OffsetFetch); `None` when the group has
+    /// none for this partition.
+    pub committed: Option<i64>,
+    /// The log start offset (ListOffsets `earliest`): the oldest record
+    /// retention kept.
+    pub log_start: i64,
+    /// The high watermark (ListOffsets `latest` under `read_uncommitted`).
+    pub high_watermark: i64,
+    /// The last stable offset (ListOffsets `latest` under
+    /// `read_committed`); equal to the high watermark without open
+    /// transactions.
+    pub last_stable: i64,
+    /// Records between the committed offset and the end the group reads to
+    /// (the last stable offset under `isolation.level=read_committed`, the
+    /// default, the high watermark under `read_uncommitted`), deleted
+    /// records included; `None` without a committed offset.
+    pub offset_lag: Option<u64>,
+    /// Now minus the timestamp of the record at the committed offset (the
+    /// oldest record the group has not processed); zero when the offset lag
+    /// is zero or the timestamp is in the future; `None` when unknown (no
+    /// committed offset, no usable timestamp, or the record could not be
+    /// read within the cycle's read timeout). For a partition out of range
+    /// the record read is the oldest one kept (a lower bound).
+    pub time_lag: Option<Duration>,
+    /// The timestamp the time lag comes from.
+    pub timestamp: HeadTimestamp,
+    /// Time since the committed offset last changed, as seen by this
+    /// monitor: a lower bound (the time since the monitor first saw it)
+    /// until it changes once. `None` without a committed offset.
+    pub commit_unchanged_for: Option<Duration>,
+    /// Records retention may still delete before it reaches unread records:
+    /// committed offset minus log start offset. Negative when records were
+    /// deleted unread (out of range). `None` without a committed offset.
+    pub retention_margin: Option<i64>,
+    /// Estimated time until the log start passes the committed offset:
+    /// the margin divided by how much faster the log start moved than the
+    /// committed offset over the window. `None` when the log start is not
+    /// gaining on the committed offset (or no movement was observed yet).
+    pub retention_eta: Option<Duration>,
+    /// The partition's status.
+    pub status: LagStatus,
+}
+
+/// The timestamp of the record at a partition's committed offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadTimestamp {
+    /// Nothing to read: the offset lag is zero (or there is no committed
+    /// offset).
+    CaughtUp,
+    /// `CreateTime`, milliseconds since the Unix epoch (set by the
+    /// producer; replays and producer clocks can make it misleading).
+    CreateTime(i64),
+    /// `LogAppendTime`, milliseconds since the Unix epoch (set by the
+    /// broker).
+    LogAppendTime(i64),
+    /// The record carries no usable timestamp (none, or negative): counted
+    /// in [`GroupReport::timestamps_missing`].
+    Missing,
+    /// The record's timestamp (milliseconds since the Unix epoch) is later
+    /// than the monitor's clock: counted in
+    /// [`GroupReport::timestamps_future`]; its time lag is reported as 0.
+    Future(i64),
+    /// The record could not be read within the read timeout.
+    Unread,
+}
+
+impl HeadTimestamp {
+    /// `create_time`, `log_append_time`, `missing`, `future`, `unread` or
+    /// `caught_up`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeadTimestamp::CaughtUp => "caught_up",
+            HeadTimestamp::CreateTime(_) => "create_time",
+            HeadTimestamp::LogAppendTime(_) => "log_append_time",
+            HeadTimestamp::Missing => "missing",
+            HeadTimestamp::Future(_) => "future",
+            HeadTimestamp::Unread => "unread",
+        }
+    }
+}
+
+/// A partition's status, worst first: [`NoCommittedOffset`](Self::NoCommittedOffset),
+/// [`OutOfRange`](Self::OutOfRange), [`Stalled`](Self::Stalled),
+/// [`Lagging`](Self::Lagging), [`Ok`](Self::Ok).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LagStatus {
+    /// Caught up, or behind by less than the lag threshold
+    /// ([`GroupMonitor::lag_threshold`](crate::monitor::GroupMonitor::lag_threshold)).
+    Ok,
+    /// The time lag is at or above the lag threshold while the committed
+    /// offset moves.
+    Lagging,
+    /// The committed offset has not changed for at least
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) while
+    /// records wait (offset lag above zero).
+    Stalled,
+    /// The committed offset is below the log start: `deleted` records were
+    /// deleted by retention before the group read them.
+    OutOfRange {
+        /// Log start offset minus committed offset.
+        deleted: u64,
+    },
+    /// The group has no committed offset for the partition (it never
+    /// committed one, it expired, or the group name is wrong).
+    NoCommittedOffset,
+}
+
+impl LagStatus {
+    /// Every status name, in the order of [`as_str`](Self::as_str) values
+    /// exported as the state set `fresh_consumer.monitor.partition.status`.
+    pub const NAMES: [&'static str; 5] = [
+        "ok",
+        "lagging",
+        "stalled",
+        "out_of_range",
+        "no_committed_offset",
+    ];
+
+    /// `ok`, `lagging`, `stalled`, `out_of_range` or `no_committed_offset`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LagStatus::Ok => "ok",
+            LagStatus::Lagging => "lagging",
+            LagStatus::Stalled => "stalled",
+            LagStatus::OutOfRange { .. } => "out_of_range",
+            LagStatus::NoCommittedOffset => "no_committed_offset",
+        }
+    }
+}
+
+/// What a group's samples over the window say, checked in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Diagnosis {
+    /// No watched partition has a committed offset: the group never
+    /// committed, its offsets expired, or the name is wrong.
+    NoOffsets,
+    /// No record waits on any partition.
+    Idle,
+    /// Records wait, and no partition's committed offset moved for longer
+    /// than the window ([`GroupMonitor::window`](crate::monitor::GroupMonitor::window)):
+    /// the consumers are down or hung. More replicas do not help.
+    Dead,
+    /// Some partitions' committed offsets are frozen (status
+    /// [`LagStatus::Stalled`]) while records wait on them: a poison record,
+    /// a hung worker, an unassigned partition. Named in
+    /// [`GroupReport::named`]. More replicas do not help.
+    Stuck,
+    /// The group is behind (a time lag at or above the lag threshold) and
+    /// one or few partitions carry most of the time lag: a hot key. A
+    /// partition is read by one consumer, so more replicas do not help.
+    Skewed,
+    /// The group is behind on most partitions, the time lag is not
+    /// falling, and the commits advance: the consumers are too slow. More
+    /// replicas help, up to the partition count.
+    ConsumerBound,
+    /// Records wait, but the time lag is below the threshold or falling.
+    KeepingUp,
+}
+
+impl Diagnosis {
+    /// Every diagnosis name, exported as the state set
+    /// `fresh_consumer.monitor.group.diagnosis`.
+    pub const NAMES: [&'static str; 7] = [
+        "no_offsets",
+        "idle",
+        "dead",
+        "stuck",
+        "skewed",
+        "consumer_bound",
+        "keeping_up",
+    ];
+
+    /// `no_offsets`, `idle`, `dead`, `stuck`, `skewed`, `consumer_bound` or
+    /// `keeping_up`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Diagnosis::NoOffsets => "no_offsets",
+            Diagnosis::Idle => "idle",
+            Diagnosis::Dead => "dead",
+            Diagnosis::Stuck => "stuck",
+            Diagnosis::Skewed => "skewed",
+            Diagnosis::ConsumerBound => "consumer_bound",
+            Diagnosis::KeepingUp => "keeping_up",
+        }
+    }
+}
+
+/// Whether more replicas would help a group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scaling {
+    /// Nothing to scale for (idle, keeping up, no offsets).
+    NotNeeded,
+    /// More consumer throughput helps ([`Diagnosis::ConsumerBound`]).
+    Suggest {
+        /// How many times the recent commit rate the group needs to keep up
+        /// with the produce rate and drain the backlog within
+        /// [`drain_target`](crate::monitor::GroupMonitor::drain_target).
+        throughput_factor: f64,
+        /// Replicas for that throughput, assuming it scales linearly with
+        /// the replica count: `ceil(current x throughput_factor)`, at least
+        /// the current count and never above the partition count. `None`
+        /// when the current count is unknown (the monitor does not join
+        /// the group; give it with
+        /// [`current_replicas`](crate::monitor::GroupMonitor::current_replicas)).
+        replicas: Option<u32>,
+        /// The partition count capped the suggestion: beyond it replicas
+        /// sit idle.
+        capped: bool,
+    },
+    /// More replicas would not help ([`Diagnosis::Skewed`],
+    /// [`Diagnosis::Stuck`], [`Diagnosis::Dead`]), or a
+    /// [`Diagnosis::ConsumerBound`] group's commit rate is not measured yet
+    /// (its first cycle).
+    Withheld {
+        /// Why, in one sentence.
+        reason: String,
+    },
+}

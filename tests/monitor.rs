@@ -1,0 +1,710 @@
+//! The group monitor (`fresh_consumer::monitor`) on the embedded broker:
+//! time lag from the record at the committed offset, the statuses, the
+//! retention margin, the diagnosis of dead, skewed, consumer-bound and stuck
+//! groups, the gauges over OTLP, and bad input.
+//!
+//! Every wait has a deadline; detection times are printed
+//! (`cargo test --test monitor -- --nocapture`).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use fresh_consumer::monitor::{
+    Diagnosis, GroupMonitor, HeadTimestamp, LagStatus, MonitorError, MonitorHandle, MonitorReport,
+    Scaling,
+};
+use fresh_consumer::{ConfigError, OnExhausted, Record, RetryPolicy, TopicPartition, permanent};
+use rdkafka::producer::FutureRecord;
+use support::kafka::{TestCluster, init_logs, now_ms, unique};
+use support::otlp_receiver::{OtlpReceiver, attrs, number_points};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A monitor with short intervals and thresholds, for tests.
+fn monitor(cluster: &TestCluster, group: &str, topic: &str) -> GroupMonitor {
+    GroupMonitor::new()
+        .bootstrap_servers(cluster.bootstrap())
+        .group(group)
+        .topics([topic])
+        .interval(Duration::from_millis(250))
+        .window(Duration::from_secs(1))
+        .stall_after(Duration::from_millis(750))
+        .lag_threshold(Duration::from_secs(1))
+        .request_timeout(Duration::from_secs(5))
+        .read_timeout(Duration::from_secs(3))
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    handle: MonitorHandle,
+}
+
+async fn start(m: GroupMonitor) -> Running {
+    let monitor = m.connect().await.expect("connect");
+    let handle = monitor.handle();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(monitor.run_until(stop.clone().cancelled_owned()));
+    Running { stop, task, handle }
+}
+
+impl Running {
+    /// Waits until the latest report satisfies `cond`; returns it.
+    async fn wait(&self, what: &str, cond: impl Fn(&MonitorReport) -> bool) -> Arc<MonitorReport> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(r) = self.handle.latest()
+                && cond(&r)
+            {
+                return r;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {WAIT:?} waiting for: {what}; latest: {:#?}",
+                    self.handle.latest()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("monitor task");
+    }
+}
+
+/// Commits `offset` for `partition` in `group`, as a member would.
+async fn commit(cluster: &TestCluster, group: &str, topic: &str, partition: i32, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    let bootstrap = cluster.bootstrap().to_owned();
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("committer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).expect("commit");
+    })
+    .await
+    .expect("commit task");
+}
+
+async fn produce_bulk(cluster: &TestCluster, topic: &str, partition: i32, n: usize, size: usize) {
+    let payload = vec![b'x'; size];
+    let mut futures = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = format!("bulk-{i}");
+        let r = FutureRecord::to(topic)
+            .partition(partition)
+            .key(&key)
+            .payload(&payload[..]);
+        futures.push(
+            cluster
+                .producer()
+                .send_result(r)
+                .map_err(|(e, _)| e)
+                .expect("enqueue"),
+        );
+    }
+    for f in futures {
+        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+    }
+}
+
+fn tp(topic: &str, partition: i32) -> TopicPartition {
+    TopicPartition {
+        topic: topic.to_owned(),
+        partition,
+    }
+}
+
+fn unix_ms(r: &MonitorReport) -> i64 {
+    r.taken_at.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Time lag is the cycle's clock minus the CreateTime of the record at the
+/// committed offset, exactly (to the millisecond), and grows with the clock;
+/// a record without a timestamp leaves the time lag unknown and is counted,
+/// a future one reads 0 and is counted, each once; lag 0 reads 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("mon-ts", 4).await;
+    let group = unique("g-mon-ts");
+    let backdated = now_ms() - 120_000;
+    cluster
+        .produce(&topic, 0, "k", "old", Some(backdated - 60_000))
+        .await;
+    cluster
+        .produce(&topic, 0, "k", "at-commit", Some(backdated))
+        .await;
+    cluster.produce(&topic, 0, "k", "newer", None).await;
+    cluster.produce(&topic, 1, "k", "no-ts", Some(-1)).await;
+    cluster
+        .produce(&topic, 2, "k", "future", Some(now_ms() + 3_600_000))
+        .await;
+    cluster.produce(&topic, 3, "k", "done", None).await;
+    commit(&cluster, &group, &topic, 0, 1).await;
+    commit(&cluster, &group, &topic, 1, 0).await;
+    commit(&cluster, &group, &topic, 2, 0).await;
+    commit(&cluster, &group, &topic, 3, 1).await;
+
+    let mut m = monitor(&cluster, &group, &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let first = m.cycle().await.expect("cycle");
+    let g = &first.groups[0];
+    let p = &g.partitions;
+    assert_eq!(p[0].timestamp, HeadTimestamp::CreateTime(backdated));
+    assert_eq!(
+        p[0].time_lag,
+        Some(Duration::from_millis((unix_ms(&first) - backdated) as u64))
+    );
+    assert_eq!(p[0].offset_lag, Some(2));
+    assert_eq!(p[0].status, LagStatus::Lagging);
+    assert_eq!(p[1].timestamp, HeadTimestamp::Missing);
+    assert_eq!(p[1].time_lag, None);
+    assert!(matches!(p[2].timestamp, HeadTimestamp::Future(_)));
+    assert_eq!(p[2].time_lag, Some(Duration::ZERO));
+    assert_eq!(p[3].timestamp, HeadTimestamp::CaughtUp);
+    assert_eq!(
+        (p[3].offset_lag, p[3].time_lag),
+        (Some(0), Some(Duration::ZERO))
+    );
+    assert_eq!((g.timestamps_missing, g.timestamps_future), (1, 1));
+    assert_eq!(first.records_read, 3);
+
+    // The next cycle reuses the timestamps: nothing read, nothing counted
+    // twice, and the time lag grew by exactly the clock's advance.
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the clock advance
+    let second = m.cycle().await.expect("cycle");
+    let g2 = &second.groups[0];
+    assert_eq!(second.records_read, 0);
+    assert_eq!((g2.timestamps_missing, g2.timestamps_future), (1, 1));
+    let grew = g2.partitions[0].time_lag.unwrap() - p[0].time_lag.unwrap();
+    let clock = second.taken_at.duration_since(first.taken_at).unwrap();
+    assert!(
+        grew.abs_diff(clock) <= Duration::from_millis(1),
+        "time lag grew {grew:?} while the clock advanced {clock:?}"
+    );
+}
+
+/// A consumer killed mid-stream (its runtime dropped): the monitor's time
+/// lag keeps growing with the wall clock, and the group is diagnosed
+/// `dead` within the window plus two intervals of the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_consumer_is_dead_and_its_time_lag_grows_with_the_clock() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("mon-dead", 3).await;
+    let group = unique("g-mon-dead");
+    cluster.produce_many(&topic, 3, 300).await;
+
+    // The consumer runs on a runtime of its own, so it can be killed.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let consumer = cluster.consumer(&group, &topic, |_r: Record| async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok::<(), std::io::Error>(())
+    });
+    rt.spawn(consumer.run());
+
+    let m = monitor(&cluster, &group, &topic);
+    let (interval, window) = (Duration::from_millis(250), Duration::from_secs(1));
+    let run = start(m).await;
+    run.wait("every partition committed something", |r| {
+        r.groups[0]
+            .partitions
+            .iter()
+            .all(|p| p.committed.is_some_and(|c| c > 0))
+    })
+    .await;
+    let killed = Instant::now();
+    rt.shutdown_background();
+
+    let dead = run
+        .wait("diagnosis dead", |r| {
+            r.groups[0].diagnosis == Diagnosis::Dead
+        })
+        .await;
+    let took = killed.elapsed();
+    println!("dead detected {took:?} after the kill (window {window:?}, interval {interval:?})");
+    assert!(
+        took <= window + 2 * interval + Duration::from_millis(300),
+        "dead after {took:?}"
+    );
+    let g = &dead.groups[0];
+    assert_eq!(g.named.len(), 3);
+    assert!(matches!(g.scaling, Scaling::Withheld { .. }));
+
+    // The time lag grows with the clock, one second per second.
+    let before = dead.clone();
+    let after = run
+        .wait("a report 1 s later", |r| {
+            r.taken_at
+                .duration_since(before.taken_at)
+                .unwrap_or_default()
+                >= Duration::from_secs(1)
+        })
+        .await;
+    let clock = after.taken_at.duration_since(before.taken_at).unwrap();
+    for (a, b) in before.groups[0]
+        .partitions
+        .iter()
+        .zip(&after.groups[0].partitions)
+    {
+        let grew = b.time_lag.unwrap() - a.time_lag.unwrap();
+        assert!(
+            grew.abs_diff(clock) <= Duration::from_millis(1),
+            "partition {}: time lag grew {grew:?} in {clock:?}",
+            a.partition
+        );
+        assert_eq!(b.status, LagStatus::Stalled);
+    }
+    run.stop().await;
+}
+
+/// Even load with a slow handler: `consumer_bound`, with a replica
+/// suggestion no higher than the partition count. Then 90 % of the records
+/// on one partition with the same handler: `skewed`, that partition named,
+/// no suggestion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let slow = |_r: Record| async {
+        tokio::time::sleep(Duration::from_millis(8)).await;
+        Ok::<(), std::io::Error>(())
+    };
+
+    // Even: 4 x 300 records, ~2.4 s per partition.
+    let topic = cluster.topic("mon-even", 4).await;
+    let group = unique("g-mon-even");
+    cluster.produce_many(&topic, 4, 300).await;
+    let produced = Instant::now();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, slow)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    let run = start(
+        monitor(&cluster, &group, &topic)
+            .current_replicas(1)
+            .drain_target(Duration::from_millis(500)),
+    )
+    .await;
+    let r = run
+        .wait("consumer_bound with a suggestion", |r| {
+            r.groups[0].diagnosis == Diagnosis::ConsumerBound
+                && matches!(r.groups[0].scaling, Scaling::Suggest { .. })
+        })
+        .await;
+    println!("consumer_bound after {:?}", produced.elapsed());
+    let g = &r.groups[0];
+    let Scaling::Suggest {
+        replicas,
+        throughput_factor,
+        ..
+    } = g.scaling
+    else {
+        panic!("no suggestion: {:?}", g.scaling)
+    };
+    let replicas = replicas.expect("a replica count (current_replicas was given)");
+    assert!((1..=4).contains(&replicas), "{replicas}");
+    assert!(throughput_factor > 0.0);
+    assert!(g.commit_rate > 0.0);
+    assert!(g.drain_time.is_some(), "draining: {g:?}");
+    run.stop().await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+
+    // Hot: 900 records on partition 2, 33 on each other.
+    let topic = cluster.topic("mon-hot", 4).await;
+    let group = unique("g-mon-hot");
+    for p in 0..4 {
+        produce_bulk(&cluster, &topic, p, if p == 2 { 900 } else { 33 }, 100).await;
+    }
+    let produced = Instant::now();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, slow)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    let run = start(monitor(&cluster, &group, &topic).current_replicas(1)).await;
+    let r = run
+        .wait("skewed", |r| r.groups[0].diagnosis == Diagnosis::Skewed)
+        .await;
+    println!("skewed after {:?}", produced.elapsed());
+    let g = &r.groups[0];
+    assert_eq!(g.named, vec![tp(&topic, 2)]);
+    assert!(
+        matches!(g.scaling, Scaling::Withheld { .. }),
+        "{:?}",
+        g.scaling
+    );
+    run.stop().await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// A poison record blocks partition 1 (block policy) while the others keep
+/// receiving and committing records: `stuck`, partition 1 named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_partition_is_stuck_and_named() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("mon-stuck", 3).await;
+    let group = unique("g-mon-stuck");
+    cluster.produce_many(&topic, 3, 5).await;
+    cluster.produce(&topic, 1, "k", "poison", None).await;
+    cluster.produce_many(&topic, 3, 5).await;
+    let handler = |r: Record| async move {
+        if r.payload() == Some(b"poison".as_slice()) {
+            Err(permanent(std::io::Error::other("poison")))
+        } else {
+            Ok(())
+        }
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(RetryPolicy::new().max_attempts(2))
+            .on_exhausted(OnExhausted::Block)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    // Keep records flowing to partitions 0 and 2.
+    let flowing = Arc::new(AtomicBool::new(true));
+    let producer = {
+        let producer = cluster.producer().clone();
+        let topic = topic.clone();
+        let flowing = Arc::clone(&flowing);
+        tokio::spawn(async move {
+            while flowing.load(Ordering::Relaxed) {
+                for p in [0, 2] {
+                    let _ = producer
+                        .send(
+                            FutureRecord::to(&topic).partition(p).key("k").payload("v"),
+                            Duration::from_secs(5),
+                        )
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let run = start(monitor(&cluster, &group, &topic)).await;
+    let r = run
+        .wait("stuck", |r| r.groups[0].diagnosis == Diagnosis::Stuck)
+        .await;
+    println!("stuck after {:?}", started.elapsed());
+    let g = &r.groups[0];
+    assert_eq!(g.named, vec![tp(&topic, 1)]);
+    assert_eq!(g.partitions[1].status, LagStatus::Stalled);
+    assert!(matches!(g.scaling, Scaling::Withheld { .. }));
+    // It stays stuck (not dead) past the window: the others commit.
+    tokio::time::sleep(Duration::from_millis(1500)).await; // a window and more of cycles
+    let later = run.handle.latest().unwrap();
+    assert_eq!(later.groups[0].diagnosis, Diagnosis::Stuck);
+    flowing.store(false, Ordering::Relaxed);
+    producer.await.unwrap();
+    run.stop().await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// The log start advances toward a frozen committed offset (the mock keeps
+/// at most 5 MiB per partition): the margin shrinks with an estimate of the
+/// time left, then the partition is out of range with the deleted count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_margin_shrinks_then_out_of_range_counts_the_deleted() {
+    init_logs();
+    let cluster = TestCluster::start();
+    if cluster.is_real() {
+        println!("skipped: needs the mock broker's 5 MiB retention");
+        return;
+    }
+    let topic = cluster.topic("mon-retention", 1).await;
+    let group = unique("g-mon-retention");
+    // 40 records of 100 KB: 4 MB, nothing deleted yet.
+    produce_bulk(&cluster, &topic, 0, 40, 100_000).await;
+    commit(&cluster, &group, &topic, 0, 30).await;
+    let mut m = monitor(&cluster, &group, &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let mut margins = Vec::new();
+    let mut etas = Vec::new();
+    let mut out = None;
+    for _ in 0..40 {
+        let r = m.cycle().await.expect("cycle");
+        let p = r.groups[0].partitions[0].clone();
+        if let LagStatus::OutOfRange { deleted } = p.status {
+            out = Some((deleted, p));
+            break;
+        }
+        margins.push(p.retention_margin.unwrap());
+        etas.push(p.retention_eta);
+        produce_bulk(&cluster, &topic, 0, 4, 100_000).await;
+    }
+    println!("margins {margins:?}, etas {etas:?}");
+    let (deleted, p) = out.expect("out of range within 40 cycles");
+    assert!(margins.windows(2).all(|w| w[1] <= w[0]), "{margins:?}");
+    assert!(
+        margins.iter().any(|&m| m > 0 && m < 30),
+        "a shrinking positive margin before the overrun: {margins:?}"
+    );
+    assert!(
+        etas.iter().any(Option::is_some),
+        "an estimate before the overrun"
+    );
+    assert_eq!(deleted as i64, p.log_start - 30);
+    assert_eq!(p.retention_margin, Some(30 - p.log_start));
+    assert!(p.time_lag.is_some(), "time lag of the oldest kept record");
+}
+
+/// The monitor's gauges arrive over OTLP with the partition attributes of
+/// the in-process metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauges_are_exported_with_the_partition_attributes() {
+    use fresh_consumer::metrics::*;
+    use fresh_consumer::otlp::OtlpConfig;
+    use opentelemetry::metrics::MeterProvider;
+    init_logs();
+    let cluster = TestCluster::start();
+    let receiver = OtlpReceiver::start().await;
+    let provider = OtlpConfig::new()
+        .with_endpoint(receiver.endpoint())
+        .with_export_interval(Duration::from_millis(200))
+        .with_service_name("monitor-test")
+        .build()
+        .expect("provider");
+    let topic = cluster.topic("mon-otlp", 2).await;
+    let group = unique("g-mon-otlp");
+    let backdated = now_ms() - 30_000;
+    cluster.produce(&topic, 0, "k", "a", Some(backdated)).await;
+    commit(&cluster, &group, &topic, 0, 0).await;
+    let run =
+        start(monitor(&cluster, &group, &topic).meter(provider.meter("fresh-consumer"))).await;
+    run.wait("a report", |_| true).await;
+    let p0 = attrs(&[
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_DESTINATION_NAME, &topic),
+        (MESSAGING_DESTINATION_PARTITION_ID, "0"),
+        (MESSAGING_CONSUMER_GROUP_NAME, &group),
+    ]);
+    let lag = receiver.wait_for_metric(MONITOR_LAG, WAIT).await;
+    assert!(
+        number_points(&lag).contains(&(p0.clone(), 1.0)),
+        "{:?}",
+        number_points(&lag)
+    );
+    let mut with_type = p0.clone();
+    with_type.insert(TIMESTAMP_TYPE.into(), "create_time".into());
+    let time_lag = receiver.wait_for_metric(MONITOR_TIME_LAG, WAIT).await;
+    let v = number_points(&time_lag)
+        .into_iter()
+        .find(|(a, _)| a == &with_type)
+        .map(|(_, v)| v)
+        .expect("time lag of partition 0");
+    assert!((30.0..60.0).contains(&v), "{v}");
+    let status = receiver
+        .wait_for_metric(MONITOR_PARTITION_STATUS, WAIT)
+        .await;
+    let mut lagging = p0.clone();
+    lagging.insert(STATUS.into(), "lagging".into());
+    assert!(number_points(&status).contains(&(lagging, 1.0)));
+    let diagnosis = receiver
+        .wait_for_metric(MONITOR_GROUP_DIAGNOSIS, WAIT)
+        .await;
+    let points = number_points(&diagnosis);
+    assert_eq!(
+        points.iter().filter(|(_, v)| *v == 1.0).count(),
+        1,
+        "{points:?}"
+    );
+    receiver
+        .wait_for_metric(MONITOR_RETENTION_MARGIN, WAIT)
+        .await;
+    receiver.wait_for_metric(MONITOR_COMMIT_AGE, WAIT).await;
+    receiver.wait_for_metric(MONITOR_CYCLES, WAIT).await;
+    run.stop().await;
+    fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5))
+        .await
+        .expect("shutdown");
+}
+
+/// Bad input gives a typed error, an unknown group a documented status, a
+/// broker going away a counted failed cycle; never a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_typed_error_or_a_documented_status() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("mon-bad", 2).await;
+    let ok = || monitor(&cluster, "g", &topic);
+
+    // Malformed configuration: typed, before any I/O.
+    let invalid = |m: GroupMonitor| m.validate().expect_err("invalid");
+    assert_eq!(
+        invalid(GroupMonitor::new().group("g").topics(["t"])),
+        ConfigError::MissingBootstrapServers
+    );
+    assert!(matches!(
+        invalid(GroupMonitor::new().bootstrap_servers("x:1").topics(["t"])),
+        ConfigError::InvalidOption {
+            option: "group",
+            ..
+        }
+    ));
+    assert_eq!(
+        invalid(GroupMonitor::new().bootstrap_servers("x:1").group("g")),
+        ConfigError::MissingTopics
+    );
+    assert_eq!(invalid(ok().topics([""])), ConfigError::EmptyTopicName);
+    assert!(matches!(
+        invalid(ok().interval(Duration::ZERO)),
+        ConfigError::InvalidOption {
+            option: "interval",
+            ..
+        }
+    ));
+    assert!(matches!(
+        invalid(ok().window(Duration::from_millis(10))),
+        ConfigError::InvalidOption {
+            option: "window",
+            ..
+        }
+    ));
+    assert!(matches!(
+        invalid(ok().skew_share(1.5)),
+        ConfigError::InvalidOption {
+            option: "skew_share",
+            ..
+        }
+    ));
+    assert!(matches!(
+        invalid(ok().current_replicas(0)),
+        ConfigError::InvalidOption {
+            option: "current_replicas",
+            ..
+        }
+    ));
+    assert!(matches!(
+        invalid(ok().set("group.id", "x")),
+        ConfigError::InvalidOption { option: "set", .. }
+    ));
+    assert!(matches!(
+        invalid(ok().set("fetch.wait.max.ms", "banana")),
+        ConfigError::InvalidProperty { .. }
+    ));
+    let secret = ok().set("sasl.password", "hunter2-secret");
+    assert!(!format!("{secret:?}").contains("hunter2"));
+    assert!(matches!(
+        ok().interval(Duration::ZERO).connect().await,
+        Err(MonitorError::Config(_))
+    ));
+
+    // Unknown topic, unreachable broker: typed errors from connect.
+    match monitor(&cluster, "g", "no-such-topic").connect().await {
+        Err(MonitorError::UnknownTopic { topic }) => assert_eq!(topic, "no-such-topic"),
+        other => panic!("{other:?}"),
+    }
+    let t = Instant::now();
+    match GroupMonitor::new()
+        .bootstrap_servers("127.0.0.1:1")
+        .group("g")
+        .topics(["t"])
+        .request_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+    {
+        Err(e @ MonitorError::Unreachable { .. }) => {
+            println!("unreachable: {e} ({:?})", t.elapsed())
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Unknown group: no committed offsets, documented status and diagnosis.
+    cluster.produce(&topic, 0, "k", "v", None).await;
+    let mut m = monitor(&cluster, &unique("never-existed"), &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let r = m.cycle().await.expect("cycle");
+    assert_eq!(r.groups[0].diagnosis, Diagnosis::NoOffsets);
+    assert!(
+        r.groups[0]
+            .partitions
+            .iter()
+            .all(|p| p.status == LagStatus::NoCommittedOffset && p.time_lag.is_none())
+    );
+
+    // The broker goes away: the cycle fails with a typed error, counted.
+    if let Some(mock) = cluster.mock() {
+        let handle = m.handle();
+        mock.broker_down(1).expect("broker down");
+        let mut m = m;
+        let t = Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(20), m.cycle())
+            .await
+            .expect("a cycle bounded by the request timeout")
+            .expect_err("broker down");
+        assert!(matches!(e, MonitorError::Kafka { .. }), "{e:?}");
+        println!(
+            "cycle with the broker down failed in {:?}: {e}",
+            t.elapsed()
+        );
+        assert_eq!(handle.cycles(), (1, 1));
+        mock.broker_up(1).expect("broker up");
+    }
+}
+
+/// Cost of one cycle on 12 partitions of one group, each with lag: the
+/// first reads 12 records, the next ones reuse their timestamps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cycle_cost_on_12_partitions() {
+    init_logs();
+    let cluster = TestCluster::start();
+    let topic = cluster.topic("mon-cost", 12).await;
+    let group = unique("g-mon-cost");
+    cluster.produce_many(&topic, 12, 100).await;
+    for p in 0..12 {
+        commit(&cluster, &group, &topic, p, 10).await;
+    }
+    let mut m = monitor(&cluster, &group, &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let mut costs = Vec::new();
+    for i in 0..6 {
+        let r = m.cycle().await.expect("cycle");
+        assert_eq!(r.records_read, if i == 0 { 12 } else { 0 });
+        assert!(r.groups[0].partitions.iter().all(|p| p.time_lag.is_some()));
+        costs.push(r.cycle_duration);
+    }
+    println!(
+        "cycle on 12 partitions: first (12 reads) {:?}, then {:?}",
+        costs[0],
+        &costs[1..]
+    );
+    assert!(costs[0] < Duration::from_secs(5));
+}
