@@ -18,7 +18,8 @@ use fresh_consumer::monitor::{
 };
 use fresh_consumer::{ConfigError, OnExhausted, Record, RetryPolicy, TopicPartition, permanent};
 use rdkafka::producer::FutureRecord;
-use support::kafka::{TestCluster, init_logs, now_ms, unique};
+use support::kafka::{TestCluster, now_ms, unique};
+use support::logs;
 use support::otlp_receiver::{OtlpReceiver, attrs, number_points};
 use tokio_util::sync::CancellationToken;
 
@@ -139,7 +140,7 @@ fn unix_ms(r: &MonitorReport) -> i64 {
 /// a future one reads 0 and is counted, each once; lag 0 reads 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("mon-ts", 4).await;
     let group = unique("g-mon-ts");
@@ -189,7 +190,10 @@ async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
 
     // The next cycle reuses the timestamps: nothing read, nothing counted
     // twice, and the time lag grew by exactly the clock's advance.
-    tokio::time::sleep(Duration::from_millis(300)).await; // let the clock advance
+    let advanced = first.taken_at + Duration::from_millis(300);
+    while std::time::SystemTime::now() < advanced {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let second = m.cycle().await.expect("cycle");
     let g2 = &second.groups[0];
     assert_eq!(second.records_read, 0);
@@ -207,7 +211,7 @@ async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
 /// `dead` within the window plus two intervals of the kill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_consumer_is_dead_and_its_time_lag_grows_with_the_clock() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("mon-dead", 3).await;
     let group = unique("g-mon-dead");
@@ -286,7 +290,7 @@ async fn a_killed_consumer_is_dead_and_its_time_lag_grows_with_the_clock() {
 /// no suggestion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let slow = |_r: Record| async {
         tokio::time::sleep(Duration::from_millis(8)).await;
@@ -369,7 +373,7 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
 /// receiving and committing records: `stuck`, partition 1 named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_partition_is_stuck_and_named() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("mon-stuck", 3).await;
     let group = unique("g-mon-stuck");
@@ -422,8 +426,12 @@ async fn a_blocked_partition_is_stuck_and_named() {
     assert_eq!(g.partitions[1].status, LagStatus::Stalled);
     assert!(matches!(g.scaling, Scaling::Withheld { .. }));
     // It stays stuck (not dead) past the window: the others commit.
-    tokio::time::sleep(Duration::from_millis(1500)).await; // a window and more of cycles
-    let later = run.handle.latest().unwrap();
+    let past_window = r.taken_at + Duration::from_millis(1500);
+    let later = run
+        .wait("a report a window and more later", |x| {
+            x.taken_at >= past_window
+        })
+        .await;
     assert_eq!(later.groups[0].diagnosis, Diagnosis::Stuck);
     flowing.store(false, Ordering::Relaxed);
     producer.await.unwrap();
@@ -437,7 +445,7 @@ async fn a_blocked_partition_is_stuck_and_named() {
 /// time left, then the partition is out of range with the deleted count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_margin_shrinks_then_out_of_range_counts_the_deleted() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     if cluster.is_real() {
         println!("skipped: needs the mock broker's 5 MiB retention");
@@ -489,7 +497,7 @@ async fn the_gauges_are_exported_with_the_partition_attributes() {
     use fresh_consumer::metrics::*;
     use fresh_consumer::otlp::OtlpConfig;
     use opentelemetry::metrics::MeterProvider;
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let receiver = OtlpReceiver::start().await;
     let provider = OtlpConfig::new()
@@ -557,7 +565,7 @@ async fn the_gauges_are_exported_with_the_partition_attributes() {
 /// broker going away a counted failed cycle; never a panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_typed_error_or_a_documented_status() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("mon-bad", 2).await;
     let ok = || monitor(&cluster, "g", &topic);
@@ -682,7 +690,7 @@ async fn bad_input_is_a_typed_error_or_a_documented_status() {
 /// first reads 12 records, the next ones reuse their timestamps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycle_cost_on_12_partitions() {
-    init_logs();
+    logs::init();
     let cluster = TestCluster::start();
     let topic = cluster.topic("mon-cost", 12).await;
     let group = unique("g-mon-cost");
