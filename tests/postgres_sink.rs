@@ -507,6 +507,7 @@ const CHILD_GROUP: &str = "FRESH_PG_CHILD_GROUP";
 const CHILD_DATABASE: &str = "FRESH_PG_CHILD_DATABASE";
 const CHILD_BATCH: &str = "FRESH_PG_CHILD_BATCH";
 const CHILD_STATS: &str = "FRESH_PG_CHILD_STATS";
+const CHILD_SESSION_MS: &str = "FRESH_PG_CHILD_SESSION_MS";
 
 const CRASH_PARTITIONS: i32 = 4;
 const CRASH_RECORDS: u64 = 50_000;
@@ -529,6 +530,9 @@ fn child_sink() {
         var(CHILD_DATABASE),
         PathBuf::from(var(CHILD_STATS)),
     );
+    let session_ms: u64 = var(CHILD_SESSION_MS)
+        .parse()
+        .expect("session timeout in ms");
     let transactions = match var(CHILD_BATCH).parse::<usize>().expect("batch size") {
         0 | 1 => Transactions::PerRecord,
         max => Transactions::Batched { max },
@@ -560,8 +564,8 @@ fn child_sink() {
             .processing_order(sink.processing_order())
             // Short, so the killed member leaves the group soon (the mock
             // broker waits `session.timeout.ms - 1 s` at a membership change).
-            .set("session.timeout.ms", "2000")
-            .set("heartbeat.interval.ms", "200")
+            .set("session.timeout.ms", session_ms.to_string())
+            .set("heartbeat.interval.ms", (session_ms / 10).to_string())
             .set("fetch.wait.max.ms", "10")
             .set("topic.metadata.refresh.interval.ms", "1000")
             .commit_interval(Duration::from_millis(50))
@@ -639,6 +643,12 @@ impl ChildProcess {
             .env(CHILD_DATABASE, database)
             .env(CHILD_BATCH, batch.to_string())
             .env(CHILD_STATS, &stats)
+            // A real broker refuses less than group.min.session.timeout.ms
+            // (6 s by default).
+            .env(
+                CHILD_SESSION_MS,
+                if cluster.is_real() { "6000" } else { "2000" },
+            )
             .stdin(Stdio::piped())
             .stdout(log_file.try_clone().expect("log handle"))
             .stderr(log_file)
