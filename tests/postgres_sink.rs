@@ -56,7 +56,9 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
-use support::kafka::{TestCluster, init_logs, unique, wait_until};
+use support::kafka::{TestCluster, unique};
+use support::logs;
+use support::wait::wait_until;
 
 /// The tests run one at a time (see the module documentation).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -537,7 +539,7 @@ fn child_sink() {
         0 | 1 => Transactions::PerRecord,
         max => Transactions::Batched { max },
     };
-    init_logs();
+    logs::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -711,7 +713,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    init_logs();
+    logs::init();
     let began = Instant::now();
     let db = TestDb::create(&server, "crash").await;
     let client = db.client().await;
@@ -948,7 +950,7 @@ async fn a_slow_database_shows_as_lagging_not_stalled_and_catches_up() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    init_logs();
+    logs::init();
     let db = TestDb::create(&server, "slow").await;
     let sink = PostgresSink::connect(&db.url, SLOW_PARTITIONS as usize, Transactions::PerRecord)
         .await
@@ -1169,7 +1171,7 @@ async fn while_the_database_is_away_nothing_is_committed_past_and_nothing_lost()
         return;
     };
     let _serial = SERIAL.lock().await;
-    init_logs();
+    logs::init();
     let db = TestDb::create(&server, "away").await;
     let sink = PostgresSink::connect(&db.url, AWAY_PARTITIONS as usize, Transactions::PerRecord)
         .await
