@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp;
 use fresh_consumer::{
     DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryPolicy, StormGuard,
     permanent,
@@ -37,7 +37,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use support::handled::Seen;
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs::{self, lines_with as log_lines_with};
-use support::metrics::{Attrs, group_attrs, partition_attrs, with};
+use support::metrics::{Attrs, group_attrs, otlp_provider, partition_attrs, with};
 use support::otlp_receiver::{
     OtlpReceiver, attrs, histogram_point_with, histogram_points, number_points,
 };
@@ -61,18 +61,8 @@ fn logged(subject: &str, needles: &[&str]) -> bool {
 /// An OTLP receiver and a provider exporting to it every `interval`.
 async fn wire(interval: Duration) -> (OtlpReceiver, SdkMeterProvider) {
     let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, interval);
+    let provider = otlp_provider(&receiver, interval, "failures-test");
     (receiver, provider)
-}
-
-/// A provider exporting to `receiver` every `interval`.
-fn provider_for(receiver: &OtlpReceiver, interval: Duration) -> SdkMeterProvider {
-    OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(interval)
-        .with_service_name("failures-test")
-        .build()
-        .expect("provider")
 }
 
 /// Handler calls per (partition, offset), and the succeeded offsets per
