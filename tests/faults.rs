@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::Record;
 
-use support::handled::Seen;
+use support::handled::{Seen, with_state};
 use support::kafka::{TestCluster, summary_committed, tp, unique};
 use support::logs;
 use support::run::start;
@@ -258,25 +258,22 @@ async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
 
     let attempts: Arc<Mutex<BTreeMap<(i32, i64), u32>>> = Arc::default();
     let seen = Seen::default();
-    let handler = {
-        let (seen, attempts) = (seen.clone(), Arc::clone(&attempts));
-        move |r: Record| {
-            let (seen, attempts) = (seen.clone(), Arc::clone(&attempts));
-            async move {
-                let n = {
-                    let mut a = attempts.lock().unwrap();
-                    let n = a.entry((r.partition(), r.offset())).or_default();
-                    *n += 1;
-                    *n
-                };
-                if r.partition() == 0 && r.offset() == 7 && n == 1 {
-                    panic!("injected panic on the first attempt of offset 7");
-                }
-                seen.push(&r);
-                Ok::<(), std::io::Error>(())
+    let handler = with_state(
+        (seen.clone(), Arc::clone(&attempts)),
+        |r: Record, (seen, attempts)| async move {
+            let n = {
+                let mut a = attempts.lock().unwrap();
+                let n = a.entry((r.partition(), r.offset())).or_default();
+                *n += 1;
+                *n
+            };
+            if r.partition() == 0 && r.offset() == 7 && n == 1 {
+                panic!("injected panic on the first attempt of offset 7");
             }
-        }
-    };
+            seen.push(&r);
+            Ok::<(), std::io::Error>(())
+        },
+    );
     let run = start(cluster.consumer(&group, &topic, handler));
     let hw = cluster.high_watermarks(&topic, 2).await;
     assert_eq!(hw, vec![20, 20]);
@@ -360,18 +357,15 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
     let (cluster, topic, group) = setup("resume-stall", 1, 400).await;
     let seen = Seen::default();
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let handler = {
-        let (seen, calls) = (seen.clone(), Arc::clone(&calls));
-        move |r: Record| {
-            let (seen, calls) = (seen.clone(), Arc::clone(&calls));
-            async move {
-                calls.lock().unwrap().push(Instant::now());
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                seen.push(&r);
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
+    let handler = with_state(
+        (seen.clone(), Arc::clone(&calls)),
+        |r: Record, (seen, calls)| async move {
+            calls.lock().unwrap().push(Instant::now());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            seen.push(&r);
+            Ok::<(), std::io::Error>(())
+        },
+    );
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
