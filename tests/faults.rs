@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::Record;
+use fresh_consumer::{Record, RunSummary};
 
 use support::handled::{Seen, with_state};
 use support::kafka::{TestCluster, summary_committed, tp, unique};
 use support::logs;
-use support::run::start;
+use support::run::{Running, start};
 use support::wait::wait_until;
 
 // ---------------------------------------------------------------------------
@@ -54,6 +54,34 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+/// What `run_until` returned, as text: the summary, or the error with its
+/// whole source chain.
+async fn run_outcome(run: Running) -> String {
+    match run.finish().await {
+        Ok(summary) => format!("{summary:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// Waits (up to 30 s) until `group` has committed `hw` for `topic`, showing
+/// what `seen` handled if it never does; then stops `run` and checks that
+/// every record below `hw` was handled at least once. Returns the summary.
+async fn stop_once_committed(
+    cluster: &TestCluster,
+    (group, topic): (&str, &str),
+    hw: &[i64],
+    seen: &Seen,
+    run: Running,
+) -> RunSummary {
+    cluster
+        .wait_committed_showing(group, topic, hw, Duration::from_secs(30), seen)
+        .await;
+    let summary = run.stop().await;
+    eprintln!("{summary:?}");
+    seen.assert_at_least_once(hw);
+    summary
 }
 
 // ---------------------------------------------------------------------------
@@ -176,12 +204,8 @@ async fn broker_down_and_back_mid_stream_loses_nothing() {
 
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![1_000; 3]);
-    cluster
-        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
-        .await;
-    let summary = run.stop().await;
-    eprintln!("handled {down_at} before the outage, {during} during it; {summary:?}");
-    seen.assert_at_least_once(&hw);
+    eprintln!("handled {down_at} before the outage, {during} during it");
+    let summary = stop_once_committed(&cluster, (&group, &topic), &hw, &seen, run).await;
     assert!(summary.records_succeeded >= 3_000);
     assert_eq!(summary_committed(&summary, &topic, 3), [Some(1_000); 3]);
     assert!(!summary.shutdown_timed_out);
@@ -231,12 +255,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
             .set("heartbeat.interval.ms", "200"),
     );
     let hw = vec![300; 3];
-    cluster
-        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
-        .await;
-    let summary = run.stop().await;
-    eprintln!("{summary:?}");
-    seen.assert_at_least_once(&hw);
+    let summary = stop_once_committed(&cluster, (&group, &topic), &hw, &seen, run).await;
     assert!(
         summary.commit_failures > 0,
         "injected OffsetCommit errors are not visible: {summary:?}"
@@ -433,8 +452,8 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
     let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let seen = Seen::default();
     let timeout = Duration::from_secs(3);
+    let seen = Seen::default();
     let run = start(
         cluster
             .consumer(&group, &topic, seen.recorder())
@@ -504,10 +523,7 @@ async fn secrets_stay_out_of_debug_output_logs_and_errors() {
         || async { seen.total() > 0 || logs::text_since(from).contains("Authentication") },
     )
     .await;
-    let outcome = match run.finish().await {
-        Ok(summary) => format!("{summary:?}"),
-        Err(e) => error_text(&e),
-    };
+    let outcome = run_outcome(run).await;
     assert!(!outcome.contains(&secret), "{outcome}");
 
     let logs = logs::text_since(from);
@@ -608,10 +624,7 @@ async fn a_malformed_oauthbearer_config_is_not_echoed_into_logs() {
         logs::text_since(from).contains("Unrecognized sasl.oauthbearer.config")
     })
     .await;
-    let outcome = match run.finish().await {
-        Ok(summary) => format!("{summary:?}"),
-        Err(e) => error_text(&e),
-    };
+    let outcome = run_outcome(run).await;
     assert!(!outcome.contains(&secret), "{outcome}");
     let logs = logs::text_since(from);
     let leaks: Vec<&str> = logs.lines().filter(|l| l.contains(&secret)).collect();
