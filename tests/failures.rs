@@ -937,8 +937,8 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_is_not_retried() {
-    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, dlq, group, _) = setup("permanent", 1, 6, Some(1), None).await;
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
 
     let calls = Calls::default();
     let handler = calls.handler(|r, _| {
