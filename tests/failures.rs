@@ -12,6 +12,9 @@
 
 mod support;
 
+#[path = "../examples/support/dead_letters.rs"]
+mod dead_letters;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::{Ready, ready};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,23 +24,23 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp;
 use fresh_consumer::{
     DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryPolicy, StormGuard,
     permanent,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{BorrowedMessage, Header as KafkaHeader, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use support::handled::Seen;
+use support::handled::{Seen, with_state};
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs::{self, lines_with as log_lines_with};
-use support::metrics::{Attrs, group_attrs, partition_attrs, with};
+use support::metrics::{Attrs, group_attrs, otlp_provider, partition_attrs, with};
 use support::otlp_receiver::{
     OtlpReceiver, attrs, histogram_point_with, histogram_points, number_points,
 };
@@ -61,18 +64,8 @@ fn logged(subject: &str, needles: &[&str]) -> bool {
 /// An OTLP receiver and a provider exporting to it every `interval`.
 async fn wire(interval: Duration) -> (OtlpReceiver, SdkMeterProvider) {
     let receiver = OtlpReceiver::start().await;
-    let provider = provider_for(&receiver, interval);
+    let provider = otlp_provider(&receiver, interval, "failures-test");
     (receiver, provider)
-}
-
-/// A provider exporting to `receiver` every `interval`.
-fn provider_for(receiver: &OtlpReceiver, interval: Duration) -> SdkMeterProvider {
-    OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(interval)
-        .with_service_name("failures-test")
-        .build()
-        .expect("provider")
 }
 
 /// Handler calls per (partition, offset), and the succeeded offsets per
@@ -126,6 +119,15 @@ impl Calls {
             ready(Ok(()))
         }
     }
+}
+
+/// `max_attempts` attempts, with a backoff growing from `initial_ms` to
+/// `max_ms` milliseconds between them.
+fn retry_policy(max_attempts: u32, initial_ms: u64, max_ms: u64) -> RetryPolicy {
+    RetryPolicy::new().max_attempts(max_attempts).backoff(
+        Duration::from_millis(initial_ms),
+        Duration::from_millis(max_ms),
+    )
 }
 
 /// Fixed CreateTime of every produced record: offset `i` is stamped
@@ -237,29 +239,6 @@ async fn produce_records(
     }
 }
 
-/// A consumed message as a library [`Record`] (what `DeadLetterRecord`
-/// reads).
-fn to_record(m: &BorrowedMessage<'_>) -> Record {
-    let mut r =
-        Record::new(m.topic(), m.partition(), m.offset()).with_timestamp(match m.timestamp() {
-            rdkafka::Timestamp::NotAvailable => RecordTimestamp::NotAvailable,
-            rdkafka::Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
-            rdkafka::Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
-        });
-    if let Some(k) = m.key() {
-        r = r.with_key(k.to_vec());
-    }
-    if let Some(p) = m.payload() {
-        r = r.with_payload(p.to_vec());
-    }
-    if let Some(h) = m.headers() {
-        for h in h.iter() {
-            r = r.with_header(h.key, h.value.map(<[u8]>::to_vec));
-        }
-    }
-    r
-}
-
 /// Every record of `topic` (partitions `0..partitions`) up to the high
 /// watermarks as they are now, read without a consumer group.
 async fn read_topic(cluster: &TestCluster, topic: &str, partitions: i32) -> Vec<Record> {
@@ -294,7 +273,7 @@ async fn read_topic(cluster: &TestCluster, topic: &str, partitions: i32) -> Vec<
             assert!(Instant::now() < deadline, "reading {topic} timed out");
             match c.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    out.push(to_record(&m));
+                    out.push(dead_letters::to_record(&m));
                     remaining -= 1;
                 }
                 Some(Err(e)) => panic!("reading {topic}: {e}"),
@@ -498,11 +477,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(4)
-                    .backoff(Duration::from_millis(10), Duration::from_millis(50)),
-            )
+            .retry(retry_policy(4, 10, 50))
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
@@ -671,11 +646,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(2)
-                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
-            )
+            .retry(retry_policy(2, 5, 20))
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new().topic(&dlq))),
     );
     cluster.wait_committed(&group, &topic, &[20; 4]).await;
@@ -723,11 +694,7 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(2)
-                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
-            )
+            .retry(retry_policy(2, 5, 20))
             .on_exhausted(OnExhausted::DeadLetter(
                 DeadLetter::new().headers(DeadLetterHeaders::SpringKafka),
             )),
@@ -901,32 +868,25 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 
     let calls = Calls::default();
     let success_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let handler = {
-        let (calls, success_at) = (calls.clone(), Arc::clone(&success_at));
-        move |r: Record| {
-            let (calls, success_at) = (calls.clone(), Arc::clone(&success_at));
-            async move {
-                let n = calls.call(&r);
-                if (r.partition(), r.offset()) == (0, POISON) {
-                    if n <= 3 {
-                        return Err(std::io::Error::other("downstream unavailable"));
-                    }
-                    *success_at.lock().unwrap() = Some(Instant::now());
+    let handler = with_state(
+        (calls.clone(), Arc::clone(&success_at)),
+        |r: Record, (calls, success_at)| async move {
+            let n = calls.call(&r);
+            if (r.partition(), r.offset()) == (0, POISON) {
+                if n <= 3 {
+                    return Err(std::io::Error::other("downstream unavailable"));
                 }
-                calls.ok(&r);
-                Ok(())
+                *success_at.lock().unwrap() = Some(Instant::now());
             }
-        }
-    };
+            calls.ok(&r);
+            Ok(())
+        },
+    );
     let sampler = Sampler::start(&cluster, &group, &topic, 2, None);
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(2)
-                    .backoff(Duration::from_millis(10), Duration::from_millis(300)),
-            )
+            .retry(retry_policy(2, 10, 300))
             .on_exhausted(OnExhausted::Block),
     );
     cluster.wait_committed(&group, &topic, &[20, 20]).await;
@@ -977,8 +937,8 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
 /// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanent_error_is_not_retried() {
-    let (receiver, provider) = wire(Duration::from_secs(60)).await;
     let (cluster, topic, dlq, group, _) = setup("permanent", 1, 6, Some(1), None).await;
+    let (receiver, provider) = wire(Duration::from_secs(60)).await;
 
     let calls = Calls::default();
     let handler = calls.handler(|r, _| {
@@ -1043,11 +1003,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(3)
-                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
-            )
+            .retry(retry_policy(3, 5, 20))
             .on_exhausted(OnExhausted::SkipAndCommitPast)
             .meter_provider(&provider),
     );
@@ -1170,42 +1126,35 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
     // Offsets: 1 panics once, 2 hangs once, 3 always panics, 4 always hangs.
     let calls = Calls::default();
     let cancelled = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (calls, cancelled) = (calls.clone(), Arc::clone(&cancelled));
-        move |r: Record| {
-            let (calls, cancelled) = (calls.clone(), Arc::clone(&cancelled));
-            async move {
-                let n = calls.call(&r);
-                let hang = |cancelled: Arc<AtomicUsize>| async move {
-                    // Counts the abandoned attempt when its future is dropped.
-                    struct OnDrop(Arc<AtomicUsize>);
-                    impl Drop for OnDrop {
-                        fn drop(&mut self) {
-                            self.0.fetch_add(1, Ordering::SeqCst);
-                        }
+    let handler = with_state(
+        (calls.clone(), Arc::clone(&cancelled)),
+        |r: Record, (calls, cancelled)| async move {
+            let n = calls.call(&r);
+            let hang = |cancelled: Arc<AtomicUsize>| async move {
+                // Counts the abandoned attempt when its future is dropped.
+                struct OnDrop(Arc<AtomicUsize>);
+                impl Drop for OnDrop {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
                     }
-                    let _guard = OnDrop(cancelled);
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                };
-                match (r.offset(), n) {
-                    (1, 1) | (3, _) => panic!("handler bug at offset {}", r.offset()),
-                    (2, 1) | (4, _) => hang(cancelled).await,
-                    _ => {}
                 }
-                calls.ok(&r);
-                Ok::<(), std::io::Error>(())
+                let _guard = OnDrop(cancelled);
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            };
+            match (r.offset(), n) {
+                (1, 1) | (3, _) => panic!("handler bug at offset {}", r.offset()),
+                (2, 1) | (4, _) => hang(cancelled).await,
+                _ => {}
             }
-        }
-    };
+            calls.ok(&r);
+            Ok::<(), std::io::Error>(())
+        },
+    );
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .handler_timeout(Duration::from_millis(300))
-            .retry(
-                RetryPolicy::new()
-                    .max_attempts(2)
-                    .backoff(Duration::from_millis(5), Duration::from_millis(20)),
-            )
+            .retry(retry_policy(2, 5, 20))
             .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new()))
             .meter_provider(&provider),
     );
@@ -1273,107 +1222,30 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
 // 10. Redrive: a parked record goes back to its source topic
 // ---------------------------------------------------------------------------
 
-/// The redrive logic of `examples/redrive.rs`, minimally: reads the
-/// dead-letter topic from `group`'s committed position (earliest when none)
-/// to its current end, republishes every record to its source topic and
-/// partition with the original key, payload, timestamp and headers (not the
-/// dead-letter headers), waits for the acknowledgements, then commits the
-/// group past what it read. Returns the redriven records' source positions.
+/// The redrive of `examples/redrive.rs`, through its own steps
+/// (`examples/support/dead_letters.rs`): reads the dead-letter topic from
+/// `group`'s committed position (earliest when none) to its current end,
+/// republishes every record to its source topic and partition with the
+/// original key, payload, timestamp and headers (not the dead-letter
+/// headers), waits for the acknowledgements, then commits the group past
+/// what it read. Returns the redriven records' source positions.
 async fn redrive(bootstrap: &str, dlq: &str, group: &str) -> Vec<(String, i32, i64)> {
     let (b, t, g) = (bootstrap.to_owned(), dlq.to_owned(), group.to_owned());
-    let (consumer, parked, next) = tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &b)
-            .set("group.id", &g)
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("redrive consumer");
-        let md = c
-            .fetch_metadata(Some(&t), Duration::from_secs(10))
-            .expect("metadata");
-        let partitions = md.topics()[0].partitions().len() as i32;
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition(&t, p);
-        }
-        let committed = c
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .expect("committed offsets");
-        let mut start = TopicPartitionList::new();
-        let mut next = TopicPartitionList::new();
-        let mut remaining = 0;
-        for p in 0..partitions {
-            let (lo, hi) = c
-                .fetch_watermarks(&t, p, Duration::from_secs(10))
-                .expect("watermarks");
-            let from = match committed.find_partition(&t, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o.max(lo),
-                _ => lo,
-            };
-            if hi > from {
-                start
-                    .add_partition_offset(&t, p, Offset::Offset(from))
-                    .unwrap();
-                next.add_partition_offset(&t, p, Offset::Offset(hi))
-                    .unwrap();
-                remaining += hi - from;
-            }
-        }
-        let mut out = Vec::new();
-        if remaining > 0 {
-            c.assign(&start).expect("assign");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while remaining > 0 {
-                assert!(
-                    Instant::now() < deadline,
-                    "reading the dead-letter topic timed out"
-                );
-                if let Some(m) = c.poll(Duration::from_millis(100)) {
-                    out.push(to_record(&m.expect("dead-letter record")));
-                    remaining -= 1;
-                }
-            }
-        }
-        (c, out, next)
-    })
-    .await
-    .expect("reader task");
+    let (consumer, parked, next) =
+        tokio::task::spawn_blocking(move || dead_letters::read_dead_letters(&b, &t, &g, false))
+            .await
+            .expect("reader task")
+            .expect("read the dead-letter topic");
     if parked.is_empty() {
         return Vec::new();
     }
 
-    let producer: rdkafka::producer::FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("redrive producer");
+    let producer = dead_letters::producer(bootstrap).expect("redrive producer");
     let mut redriven = Vec::new();
     for r in &parked {
         let d = DeadLetterRecord::from_record(r).expect("a dead-letter record");
-        let mut headers = OwnedHeaders::new_with_capacity(d.headers.len());
-        for h in &d.headers {
-            headers = headers.insert(KafkaHeader {
-                key: &h.name,
-                value: h.value.as_deref(),
-            });
-        }
-        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&d.topic)
-            .partition(d.partition)
-            .headers(headers);
-        if let Some(k) = &d.key {
-            out = out.key(k);
-        }
-        if let Some(p) = &d.payload {
-            out = out.payload(p);
-        }
-        if let Some(ms) = d.timestamp.millis() {
-            out = out.timestamp(ms);
-        }
-        producer
-            .send(out, Duration::from_secs(10))
+        dead_letters::republish(&producer, &d)
             .await
-            .map_err(|(e, _)| e)
             .expect("redrive write acknowledged");
         redriven.push((d.topic.clone(), d.partition, d.offset));
     }

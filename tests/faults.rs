@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::Record;
+use fresh_consumer::{Record, RunSummary};
 
-use support::handled::Seen;
+use support::handled::{Seen, with_state};
 use support::kafka::{TestCluster, summary_committed, tp, unique};
 use support::logs;
-use support::run::start;
+use support::run::{Running, start};
 use support::wait::wait_until;
 
 // ---------------------------------------------------------------------------
@@ -54,6 +54,34 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+/// What `run_until` returned, as text: the summary, or the error with its
+/// whole source chain.
+async fn run_outcome(run: Running) -> String {
+    match run.finish().await {
+        Ok(summary) => format!("{summary:?}"),
+        Err(e) => error_text(&e),
+    }
+}
+
+/// Waits (up to 30 s) until `group` has committed `hw` for `topic`, showing
+/// what `seen` handled if it never does; then stops `run` and checks that
+/// every record below `hw` was handled at least once. Returns the summary.
+async fn stop_once_committed(
+    cluster: &TestCluster,
+    (group, topic): (&str, &str),
+    hw: &[i64],
+    seen: &Seen,
+    run: Running,
+) -> RunSummary {
+    cluster
+        .wait_committed_showing(group, topic, hw, Duration::from_secs(30), seen)
+        .await;
+    let summary = run.stop().await;
+    eprintln!("{summary:?}");
+    seen.assert_at_least_once(hw);
+    summary
 }
 
 // ---------------------------------------------------------------------------
@@ -112,14 +140,9 @@ async fn shutdown_with_the_broker_down_returns_within_its_deadline() {
     )
     .await;
 
-    let started = Instant::now();
-    let summary = run.stop().await;
-    let took = started.elapsed();
-    eprintln!("shutdown with the broker down took {took:?}: {summary:?}");
-    assert!(
-        took <= timeout + Duration::from_secs(2),
-        "shutdown took {took:?} with shutdown_timeout {timeout:?}"
-    );
+    let (summary, took) = run
+        .stop_within(timeout + Duration::from_secs(2), "the broker down")
+        .await;
     assert_eq!(summary.records_succeeded, 150);
     seen.assert_exactly_once_in_order(&[50, 50, 50]);
     // The broker never acknowledged p0 past 40: the summary must not claim it.
@@ -181,12 +204,8 @@ async fn broker_down_and_back_mid_stream_loses_nothing() {
 
     let hw = cluster.high_watermarks(&topic, 3).await;
     assert_eq!(hw, vec![1_000; 3]);
-    cluster
-        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
-        .await;
-    let summary = run.stop().await;
-    eprintln!("handled {down_at} before the outage, {during} during it; {summary:?}");
-    seen.assert_at_least_once(&hw);
+    eprintln!("handled {down_at} before the outage, {during} during it");
+    let summary = stop_once_committed(&cluster, (&group, &topic), &hw, &seen, run).await;
     assert!(summary.records_succeeded >= 3_000);
     assert_eq!(summary_committed(&summary, &topic, 3), [Some(1_000); 3]);
     assert!(!summary.shutdown_timed_out);
@@ -236,12 +255,7 @@ async fn failing_offset_commits_are_retried_and_counted() {
             .set("heartbeat.interval.ms", "200"),
     );
     let hw = vec![300; 3];
-    cluster
-        .wait_committed_showing(&group, &topic, &hw, Duration::from_secs(30), &seen)
-        .await;
-    let summary = run.stop().await;
-    eprintln!("{summary:?}");
-    seen.assert_at_least_once(&hw);
+    let summary = stop_once_committed(&cluster, (&group, &topic), &hw, &seen, run).await;
     assert!(
         summary.commit_failures > 0,
         "injected OffsetCommit errors are not visible: {summary:?}"
@@ -263,25 +277,22 @@ async fn a_panicking_handler_is_retried_and_the_consumer_keeps_running() {
 
     let attempts: Arc<Mutex<BTreeMap<(i32, i64), u32>>> = Arc::default();
     let seen = Seen::default();
-    let handler = {
-        let (seen, attempts) = (seen.clone(), Arc::clone(&attempts));
-        move |r: Record| {
-            let (seen, attempts) = (seen.clone(), Arc::clone(&attempts));
-            async move {
-                let n = {
-                    let mut a = attempts.lock().unwrap();
-                    let n = a.entry((r.partition(), r.offset())).or_default();
-                    *n += 1;
-                    *n
-                };
-                if r.partition() == 0 && r.offset() == 7 && n == 1 {
-                    panic!("injected panic on the first attempt of offset 7");
-                }
-                seen.push(&r);
-                Ok::<(), std::io::Error>(())
+    let handler = with_state(
+        (seen.clone(), Arc::clone(&attempts)),
+        |r: Record, (seen, attempts)| async move {
+            let n = {
+                let mut a = attempts.lock().unwrap();
+                let n = a.entry((r.partition(), r.offset())).or_default();
+                *n += 1;
+                *n
+            };
+            if r.partition() == 0 && r.offset() == 7 && n == 1 {
+                panic!("injected panic on the first attempt of offset 7");
             }
-        }
-    };
+            seen.push(&r);
+            Ok::<(), std::io::Error>(())
+        },
+    );
     let run = start(cluster.consumer(&group, &topic, handler));
     let hw = cluster.high_watermarks(&topic, 2).await;
     assert_eq!(hw, vec![20, 20]);
@@ -365,18 +376,15 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
     let (cluster, topic, group) = setup("resume-stall", 1, 400).await;
     let seen = Seen::default();
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let handler = {
-        let (seen, calls) = (seen.clone(), Arc::clone(&calls));
-        move |r: Record| {
-            let (seen, calls) = (seen.clone(), Arc::clone(&calls));
-            async move {
-                calls.lock().unwrap().push(Instant::now());
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                seen.push(&r);
-                Ok::<(), std::io::Error>(())
-            }
-        }
-    };
+    let handler = with_state(
+        (seen.clone(), Arc::clone(&calls)),
+        |r: Record, (seen, calls)| async move {
+            calls.lock().unwrap().push(Instant::now());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            seen.push(&r);
+            Ok::<(), std::io::Error>(())
+        },
+    );
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -444,8 +452,8 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
     let Some(mock) = cluster.mock_or_skip("the mock broker") else {
         return;
     };
-    let seen = Seen::default();
     let timeout = Duration::from_secs(3);
+    let seen = Seen::default();
     let run = start(
         cluster
             .consumer(&group, &topic, seen.recorder())
@@ -456,14 +464,9 @@ async fn shutdown_with_the_broker_down_and_nothing_pending() {
         .await;
     mock.broker_down(1).expect("broker down");
 
-    let started = Instant::now();
-    let summary = run.stop().await;
-    let took = started.elapsed();
-    eprintln!("idle shutdown with the broker down took {took:?}: {summary:?}");
-    assert!(
-        took <= timeout + Duration::from_secs(2),
-        "shutdown took {took:?} with shutdown_timeout {timeout:?}"
-    );
+    let (summary, took) = run
+        .stop_within(timeout + Duration::from_secs(2), "idle, the broker down")
+        .await;
     if summary.shutdown_timed_out {
         assert!(
             took >= timeout - Duration::from_millis(200),
@@ -520,10 +523,7 @@ async fn secrets_stay_out_of_debug_output_logs_and_errors() {
         || async { seen.total() > 0 || logs::text_since(from).contains("Authentication") },
     )
     .await;
-    let outcome = match run.finish().await {
-        Ok(summary) => format!("{summary:?}"),
-        Err(e) => error_text(&e),
-    };
+    let outcome = run_outcome(run).await;
     assert!(!outcome.contains(&secret), "{outcome}");
 
     let logs = logs::text_since(from);
@@ -624,10 +624,7 @@ async fn a_malformed_oauthbearer_config_is_not_echoed_into_logs() {
         logs::text_since(from).contains("Unrecognized sasl.oauthbearer.config")
     })
     .await;
-    let outcome = match run.finish().await {
-        Ok(summary) => format!("{summary:?}"),
-        Err(e) => error_text(&e),
-    };
+    let outcome = run_outcome(run).await;
     assert!(!outcome.contains(&secret), "{outcome}");
     let logs = logs::text_since(from);
     let leaks: Vec<&str> = logs.lines().filter(|l| l.contains(&secret)).collect();

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp;
 use fresh_consumer::{
     ConsumerState, HealthReason, HealthStatus, HealthThresholds, OnExhausted, PartitionStatus,
     Record, RetentionOverrunPolicy, RetryPolicy,
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use support::handled::Seen;
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
-use support::metrics::{Attrs, group_attrs, partition_attrs, with};
+use support::metrics::{Attrs, group_attrs, otlp_provider, partition_attrs, with};
 use support::otlp_receiver::OtlpReceiver;
 use support::run::{Running, start, wait_snapshot};
 use support::wait::{WAIT, wait_until};
@@ -60,12 +60,7 @@ async fn stop_and_flush(run: Running, provider: &SdkMeterProvider) {
 
 /// A provider exporting to `receiver` every 200 ms.
 fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
-    OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_millis(200))
-        .with_service_name("health-test")
-        .build()
-        .expect("provider")
+    otlp_provider(receiver, Duration::from_millis(200), "health-test")
 }
 
 /// A gate handlers wait on until it opens.

@@ -24,7 +24,7 @@ use fresh_consumer::{
 use rdkafka::producer::FutureRecord;
 use support::kafka::TestCluster;
 use support::logs;
-use support::run::start;
+use support::run::{Running, start};
 use support::wait::wait_until;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -152,6 +152,32 @@ where
     }
 }
 
+/// A consumer in key order, at most `max_in_flight` records at once, of a
+/// new topic `{prefix}-…` holding one record per entry of `keys` (see
+/// [`produce_keyed`]), with a [`probed`] handler that takes `work` (a sleep)
+/// per record. Returns the cluster, topic, group, probe and the running
+/// consumer.
+async fn key_ordered(
+    prefix: &str,
+    keys: &[Option<String>],
+    work: Duration,
+    max_in_flight: usize,
+) -> (TestCluster, String, String, Arc<Probe>, Running) {
+    let (cluster, topic, group) = TestCluster::with_topic(prefix, 1).await;
+    produce_keyed(&cluster, &topic, keys).await;
+    let probe = Arc::new(Probe::default());
+    let handler = probed(&probe, move |_r| async move {
+        tokio::time::sleep(work).await;
+        Ok(())
+    });
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .processing_order(ProcessingOrder::Key { max_in_flight }),
+    );
+    (cluster, topic, group, probe, run)
+}
+
 /// A [`probed`] handler that holds the record at `offset` until `gate`
 /// hands out a permit, and lets every other record through at once.
 fn gated_at(
@@ -245,20 +271,9 @@ async fn wait_committed(cluster: &TestCluster, group: &str, topic: &str, want: i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
     logs::init();
-    let (cluster, topic, group) = TestCluster::with_topic("key-order", 1).await;
     let keys = random_keys(100, 10);
-    produce_keyed(&cluster, &topic, &keys).await;
-
-    let probe = Arc::new(Probe::default());
-    let handler = probed(&probe, |_r| async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        Ok(())
-    });
-    let run = start(
-        cluster
-            .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 4 }),
-    );
+    let (cluster, topic, group, probe, run) =
+        key_ordered("key-order", &keys, Duration::from_millis(50), 4).await;
     wait_until(WAIT, "100 records handled", || async {
         probe.succeeded() == 100
     })
@@ -520,20 +535,9 @@ async fn look_ahead_past_an_unfinished_record_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_key_records_form_one_sequential_lane() {
     logs::init();
-    let (cluster, topic, group) = TestCluster::with_topic("key-null", 1).await;
     let keys = keys(40, |i| (i % 2 == 1).then(|| format!("k{i}")));
-    produce_keyed(&cluster, &topic, &keys).await;
-
-    let probe = Arc::new(Probe::default());
-    let handler = probed(&probe, |_r| async {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        Ok(())
-    });
-    let run = start(
-        cluster
-            .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 8 }),
-    );
+    let (cluster, topic, group, probe, run) =
+        key_ordered("key-null", &keys, Duration::from_millis(10), 8).await;
     wait_committed(&cluster, &group, &topic, 40).await;
     run.stop().await;
 
@@ -644,20 +648,9 @@ async fn shutdown_and_restart_lose_nothing() {
 async fn a_hot_partition_with_a_thousand_keys() {
     logs::init();
     const N: usize = 5_000;
-    let (cluster, topic, group) = TestCluster::with_topic("key-hot", 1).await;
     let keys = random_keys(N, 1_000);
-    produce_keyed(&cluster, &topic, &keys).await;
-
-    let probe = Arc::new(Probe::default());
-    let handler = probed(&probe, |_r| async {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        Ok(())
-    });
-    let run = start(
-        cluster
-            .consumer(&group, &topic, handler)
-            .processing_order(ProcessingOrder::Key { max_in_flight: 64 }),
-    );
+    let (cluster, topic, group, probe, run) =
+        key_ordered("key-hot", &keys, Duration::from_millis(1), 64).await;
     wait_committed(&cluster, &group, &topic, N as i64).await;
     let summary = run.stop().await;
 

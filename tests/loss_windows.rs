@@ -135,10 +135,8 @@ async fn the_storm_guard_holds_while_every_partition_is_blocked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_summary_adds_up_after_a_revoke() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("summary-revoke", 2).await;
+    let (cluster, topic, group) = TestCluster::with_topic("summary-revoke", 2).await;
     cluster.produce_many(&topic, 2, 1_000).await;
-    let group = unique("g-summary-revoke");
     let first = Member::join(&cluster, &group, &topic);
     wait_until(WAIT, "the first member handling records", || async {
         first.handled() >= 20

@@ -20,12 +20,12 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use support::kafka::{TestCluster, now_ms, summary_committed, tp};
 use support::logs;
-use support::metrics::{Attrs, group_attrs, partition_attrs, with};
+use support::metrics::{Attrs, group_attrs, otlp_config, otlp_provider, partition_attrs, with};
 use support::otlp_receiver::{
     OtlpReceiver, attribute_kinds, exponential_histogram_points, histogram_point_with,
     histogram_points, kind, number_points, number_value_with, sum_shape, sum_total_matching,
 };
-use support::run::start;
+use support::run::{Running, start};
 use support::wait::{WAIT, wait_until};
 
 const FLUSH: Duration = Duration::from_secs(10);
@@ -37,12 +37,7 @@ const FLUSH: Duration = Duration::from_secs(10);
 /// A gRPC provider for `receiver` that exports every 60 s: within a test,
 /// data only arrives through a flush.
 fn provider_for(receiver: &OtlpReceiver) -> SdkMeterProvider {
-    OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_secs(60))
-        .with_service_name("metrics-otlp-test")
-        .build()
-        .expect("provider")
+    otlp_provider(receiver, Duration::from_secs(60), "metrics-otlp-test")
 }
 
 /// The log capture, an OTLP/gRPC receiver and a [`provider_for`] it.
@@ -695,6 +690,38 @@ async fn closed_port() -> std::net::SocketAddr {
     addr
 }
 
+/// The shutdown timeout of the consumers of [`consume_all`].
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A consumer exporting to `provider`, with a shutdown timeout of
+/// [`SHUTDOWN_TIMEOUT`], of a new topic `{prefix}-…` holding `per_partition`
+/// records in each of `partitions` partitions: returned once it handled
+/// them all, with its cluster, topic, group and what it handled.
+async fn consume_all(
+    prefix: &str,
+    partitions: i32,
+    per_partition: usize,
+    provider: &SdkMeterProvider,
+) -> (TestCluster, String, String, Seen, Running) {
+    let (cluster, topic, group) = TestCluster::with_topic(prefix, partitions).await;
+    cluster
+        .produce_many(&topic, partitions, per_partition)
+        .await;
+    let seen = Seen::default();
+    let run = start(
+        cluster
+            .consumer(&group, &topic, recorder(&seen))
+            .meter_provider(provider)
+            .shutdown_timeout(SHUTDOWN_TIMEOUT),
+    );
+    let all = partitions as usize * per_partition;
+    wait_until(WAIT, &format!("{all} records handled"), || async {
+        seen.len() == all
+    })
+    .await;
+    (cluster, topic, group, seen, run)
+}
+
 /// Exports fail every 100 ms while records flow: consumption and commits
 /// are unaffected, and `run_until` returns within its shutdown timeout
 /// although the final flush cannot reach the collector.
@@ -712,18 +739,7 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
         .with_timeout(Duration::from_secs(1))
         .build()
         .expect("provider");
-    let (cluster, topic, group) = TestCluster::with_topic("no-collector", 2).await;
-    cluster.produce_many(&topic, 2, 100).await;
-
-    let seen = Seen::default();
-    let shutdown_timeout = Duration::from_secs(3);
-    let run = start(
-        cluster
-            .consumer(&group, &topic, recorder(&seen))
-            .meter_provider(&provider)
-            .shutdown_timeout(shutdown_timeout),
-    );
-    wait_until(WAIT, "200 records handled", || async { seen.len() == 200 }).await;
+    let (cluster, topic, group, seen, run) = consume_all("no-collector", 2, 100, &provider).await;
     let high = cluster.high_watermarks(&topic, 2).await;
     assert_eq!(high, vec![100, 100]);
     wait_until(WAIT, "committed reaches the high watermarks", || async {
@@ -740,14 +756,10 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
     )
     .await;
 
-    let started = Instant::now();
-    let summary = run.stop().await;
-    let took = started.elapsed();
-    eprintln!("{protocol}: shutdown with the collector unreachable took {took:?}: {summary:?}");
-    assert!(
-        took <= shutdown_timeout + Duration::from_millis(500),
-        "run_until took {took:?} with shutdown_timeout {shutdown_timeout:?}"
-    );
+    let what = format!("{protocol}: the collector unreachable");
+    let (summary, _) = run
+        .stop_within(SHUTDOWN_TIMEOUT + Duration::from_millis(500), &what)
+        .await;
     assert_eq!(summary.records_succeeded, 220);
     assert_eq!(
         summary_committed(&summary, &topic, 2),
@@ -786,25 +798,13 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
         .with_timeout(Duration::from_secs(10))
         .build()
         .expect("provider");
-    let (cluster, topic, group) = TestCluster::with_topic("silent-collector", 1).await;
-    cluster.produce_many(&topic, 1, 20).await;
-    let seen = Seen::default();
-    let shutdown_timeout = Duration::from_secs(3);
-    let run = start(
-        cluster
-            .consumer(&group, &topic, recorder(&seen))
-            .meter_provider(&provider)
-            .shutdown_timeout(shutdown_timeout),
-    );
-    wait_until(WAIT, "20 records handled", || async { seen.len() == 20 }).await;
-    let started = Instant::now();
-    let summary = run.stop().await;
-    let took = started.elapsed();
-    eprintln!("shutdown with a silent collector took {took:?}: {summary:?}");
-    assert!(
-        took <= shutdown_timeout + Duration::from_millis(500),
-        "run_until took {took:?} with shutdown_timeout {shutdown_timeout:?}"
-    );
+    let (cluster, topic, group, _, run) = consume_all("silent-collector", 1, 20, &provider).await;
+    let (summary, _) = run
+        .stop_within(
+            SHUTDOWN_TIMEOUT + Duration::from_millis(500),
+            "a silent collector",
+        )
+        .await;
     assert!(summary.shutdown_timed_out, "the flush could not finish");
     assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&20));
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![20]);
@@ -894,9 +894,7 @@ async fn exponential_event_age(receiver: &OtlpReceiver, provider: &SdkMeterProvi
 async fn exponential_histograms_through_the_config_option() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
-    let provider = OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_secs(60))
+    let provider = otlp_config(&receiver, Duration::from_secs(60))
         .with_exponential_histograms(
             otlp::DEFAULT_EXPONENTIAL_MAX_SIZE,
             otlp::DEFAULT_EXPONENTIAL_MAX_SCALE,
@@ -913,9 +911,7 @@ async fn exponential_histograms_through_the_config_option() {
 async fn exponential_histograms_through_the_public_view() {
     logs::init();
     let receiver = OtlpReceiver::start().await;
-    let provider = OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_secs(60))
+    let provider = otlp_config(&receiver, Duration::from_secs(60))
         .meter_provider_builder()
         .expect("builder")
         .with_view(otlp::exponential_histogram_view(64, 10).expect("view"))

@@ -9,13 +9,15 @@
 
 #[path = "../../examples/support/mock_broker.rs"]
 mod mock_broker;
+#[path = "../../examples/support/names.rs"]
+mod names;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::iter::Sum;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
@@ -400,17 +402,7 @@ pub fn runs<T: Sum>(iters: u64, mut run: impl FnMut() -> T) -> T {
 
 // ---------------------------------------------------------------- misc --
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A name unique to this process and call.
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!("{prefix}-{}-{t}-{n}", std::process::id())
-}
+pub use names::unique;
 
 /// The tokio runtime the benches run on: multi-thread with one worker per
 /// core (2 on this project's machines), as a service would use.

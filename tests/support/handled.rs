@@ -120,6 +120,17 @@ impl Seen {
     }
 }
 
+/// A handler that calls `handle` with each record and a clone of `state` of
+/// its own (what a handler closure otherwise writes out twice: one clone
+/// moved into the closure, one into each call's future).
+pub fn with_state<S, F, Fut>(state: S, handle: F) -> impl Fn(Record) -> Fut + Send + Sync + 'static
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(Record, S) -> Fut + Send + Sync + 'static,
+{
+    move |r: Record| handle(r, state.clone())
+}
+
 /// (partition, records, last offset) per partition: what a timed-out wait
 /// shows.
 impl fmt::Debug for Seen {

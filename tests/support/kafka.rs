@@ -4,8 +4,10 @@
 //! [`TestCluster::mock`] and skip when it returns `None`.
 #![allow(dead_code)]
 
+#[path = "../../examples/support/names.rs"]
+mod names;
+
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fresh_consumer::{FreshConsumer, Handler, RunSummary, TopicPartition};
@@ -32,17 +34,7 @@ pub struct TestCluster {
     real: bool,
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A name unique to this process and call.
-pub fn unique(prefix: &str) -> String {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!("{prefix}-{}-{t}-{n}", std::process::id())
-}
+pub use names::unique;
 
 pub fn now_ms() -> i64 {
     SystemTime::now()

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fresh_consumer::metrics::*;
+use fresh_consumer::otlp::OtlpConfig;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData};
 use opentelemetry_sdk::metrics::{
@@ -14,7 +15,7 @@ use opentelemetry_sdk::metrics::{
     Temporality,
 };
 
-use super::otlp_receiver::attrs;
+use super::otlp_receiver::{OtlpReceiver, attrs};
 
 pub type Attrs = BTreeMap<String, String>;
 
@@ -42,6 +43,27 @@ pub fn with(base: &Attrs, extra: &[(&str, &str)]) -> Attrs {
     let mut a = base.clone();
     a.extend(attrs(extra));
     a
+}
+
+/// The library's OTLP configuration for exporting to `receiver` every
+/// `interval`.
+pub fn otlp_config(receiver: &OtlpReceiver, interval: Duration) -> OtlpConfig {
+    OtlpConfig::new()
+        .with_endpoint(receiver.metrics_endpoint())
+        .with_export_interval(interval)
+}
+
+/// A provider exporting to `receiver` every `interval`, as service
+/// `service_name`.
+pub fn otlp_provider(
+    receiver: &OtlpReceiver,
+    interval: Duration,
+    service_name: &str,
+) -> SdkMeterProvider {
+    otlp_config(receiver, interval)
+        .with_service_name(service_name)
+        .build()
+        .expect("provider")
 }
 
 /// A meter provider whose metrics stay in this process: the SDK's

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fresh_consumer::{FreshConsumer, Handler, HealthHandle, HealthSnapshot, RunError, RunSummary};
 use tokio::task::JoinHandle;
@@ -38,6 +38,21 @@ impl Running {
     /// failed.
     pub async fn stop(self) -> RunSummary {
         self.finish().await.expect("run_until")
+    }
+
+    /// Signals shutdown, and asserts that `run_until` returned its summary
+    /// within `limit`; returns the summary and how long shutdown took.
+    /// `what` names the situation in the output.
+    pub async fn stop_within(self, limit: Duration, what: &str) -> (RunSummary, Duration) {
+        let started = Instant::now();
+        let summary = self.stop().await;
+        let took = started.elapsed();
+        eprintln!("{what}: shutdown took {took:?}: {summary:?}");
+        assert!(
+            took <= limit,
+            "{what}: shutdown took {took:?}, more than {limit:?}"
+        );
+        (summary, took)
     }
 
     /// Whether `run_until` has returned (without being told to stop, it
