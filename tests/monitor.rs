@@ -719,3 +719,99 @@ async fn cycle_cost_on_12_partitions() {
     );
     assert!(costs[0] < Duration::from_secs(5));
 }
+
+/// A transaction left open: records beyond the last stable offset are not
+/// readable under `read_committed` (librdkafka's default), so the group's
+/// lag counts to the last stable offset; under `read_uncommitted` to the
+/// high watermark.
+///
+/// Real clusters only (`FRESH_CONSUMER_TEST_BOOTSTRAP`, with transactions
+/// enabled): librdkafka's mock broker answers ListOffsets with the high
+/// watermark under `read_committed` too (measured: last stable offset 15
+/// with 5 records of an open transaction above 10 committed ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_counts_to_the_last_stable_offset_under_read_committed() {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+    logs::init();
+    let cluster = TestCluster::start();
+    if cluster.mock().is_some() {
+        println!("skipped: the mock broker has no last stable offset; needs a real cluster");
+        return;
+    }
+    let topic = cluster.topic("mon-lso", 1).await;
+    let group = unique("g-mon-lso");
+    for i in 0..10 {
+        cluster
+            .produce(&topic, 0, &format!("k{i}"), "committed", None)
+            .await;
+    }
+    commit(&cluster, &group, &topic, 0, 10).await;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap())
+        .set("transactional.id", unique("tx-mon-lso"))
+        .create()
+        .expect("transactional producer");
+    let timeout = Duration::from_secs(10);
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || {
+        p.init_transactions(timeout)?;
+        p.begin_transaction()
+    })
+    .await
+    .unwrap()
+    .expect("transaction begun");
+    for i in 0..5 {
+        producer
+            .send(
+                FutureRecord::to(&topic)
+                    .partition(0)
+                    .key(&format!("t{i}"))
+                    .payload("open"),
+                timeout,
+            )
+            .await
+            .expect("sent in the transaction");
+    }
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || p.flush(timeout))
+        .await
+        .unwrap()
+        .expect("flushed");
+
+    let mut committed_view = monitor(&cluster, &group, &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let r = committed_view.cycle().await.expect("cycle");
+    let p0 = &r.groups[0].partitions[0];
+    assert_eq!(
+        (p0.high_watermark, p0.last_stable, p0.committed),
+        (15, 10, Some(10)),
+        "{p0:?}"
+    );
+    assert_eq!(
+        p0.offset_lag,
+        Some(0),
+        "read_committed: nothing readable waits"
+    );
+    assert_eq!(p0.time_lag, Some(Duration::ZERO));
+
+    let mut uncommitted_view = monitor(&cluster, &group, &topic)
+        .read_committed(false)
+        .connect()
+        .await
+        .expect("connect");
+    let r = uncommitted_view.cycle().await.expect("cycle");
+    let p0 = &r.groups[0].partitions[0];
+    assert_eq!(
+        p0.offset_lag,
+        Some(5),
+        "read_uncommitted counts to the high watermark"
+    );
+
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || p.abort_transaction(timeout))
+        .await
+        .unwrap()
+        .expect("aborted");
+}
