@@ -300,23 +300,26 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
         Ok::<(), std::io::Error>(())
     };
 
-    // Even: 4 x 300 records, ~2.4 s per partition.
+    // Even: 4 x 1,000 records, ~8 s per partition: long enough for the
+    // window to see the lag stay up while commits advance, also when a
+    // loaded machine slows the group's join. The monitor watches from
+    // before the consumer starts.
     let topic = cluster.topic("mon-even", 4).await;
     let group = unique("g-mon-even");
-    cluster.produce_many(&topic, 4, 300).await;
+    cluster.produce_many(&topic, 4, 1_000).await;
     let produced = Instant::now();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, slow)
-            .run_until(stop.clone().cancelled_owned()),
-    );
     let run = start(
         monitor(&cluster, &group, &topic)
             .current_replicas(1)
             .drain_target(Duration::from_millis(500)),
     )
     .await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, slow)
+            .run_until(stop.clone().cancelled_owned()),
+    );
     let r = run
         .wait("consumer_bound with a suggestion", |r| {
             r.groups[0].diagnosis == Diagnosis::ConsumerBound
@@ -349,13 +352,13 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
         produce_bulk(&cluster, &topic, p, if p == 2 { 900 } else { 33 }, 100).await;
     }
     let produced = Instant::now();
+    let run = start(monitor(&cluster, &group, &topic).current_replicas(1)).await;
     let stop = CancellationToken::new();
     let task = tokio::spawn(
         cluster
             .consumer(&group, &topic, slow)
             .run_until(stop.clone().cancelled_owned()),
     );
-    let run = start(monitor(&cluster, &group, &topic).current_replicas(1)).await;
     let r = run
         .wait("skewed", |r| r.groups[0].diagnosis == Diagnosis::Skewed)
         .await;
