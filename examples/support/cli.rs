@@ -19,6 +19,15 @@ pub fn args_or_exit<A>(program: &str, parse: impl FnOnce() -> Result<A, String>)
     })
 }
 
+/// The number after `flag` on the command line (`value` is the argument
+/// that followed it, if any), or the message `{flag} needs a number`.
+pub fn number(flag: &str, value: Option<String>) -> Result<u64, String> {
+    value
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} needs a number"))
+}
+
 /// Prints a run's error with its causes on stderr, as
 /// `program: outer: inner: innermost`, and returns exit status 1.
 pub fn failed(program: &str, error: &dyn Error) -> ExitCode {
