@@ -65,23 +65,30 @@ struct Args {
     read_uncommitted: bool,
 }
 
+/// The defaults of the options (see the module documentation).
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            demo: false,
+            bootstrap: None,
+            groups: Vec::new(),
+            topics: Vec::new(),
+            set: Vec::new(),
+            json: false,
+            serve: false,
+            interval: 5.0,
+            samples: 2,
+            window: 60.0,
+            stall_after: 30.0,
+            lag_threshold: 60.0,
+            replicas: None,
+            read_uncommitted: false,
+        }
+    }
+}
+
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        demo: false,
-        bootstrap: None,
-        groups: Vec::new(),
-        topics: Vec::new(),
-        set: Vec::new(),
-        json: false,
-        serve: false,
-        interval: 5.0,
-        samples: 2,
-        window: 60.0,
-        stall_after: 30.0,
-        lag_threshold: 60.0,
-        replicas: None,
-        read_uncommitted: false,
-    };
+    let mut a = Args::default();
     let mut it = std::env::args().skip(1);
     fn value(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<String, String> {
         it.next().ok_or_else(|| format!("{flag} needs a value"))
