@@ -33,9 +33,9 @@ mod example;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use example::{Order, PostgresSink, SinkErrorKind, SinkStats, Transactions};
 use fresh_consumer::metrics::{
@@ -43,10 +43,11 @@ use fresh_consumer::metrics::{
     PROCESS_DURATION,
 };
 use fresh_consumer::{HealthHandle, HealthReason, HealthThresholds, PartitionStatus};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{
+    InMemoryMetricExporter, InMemoryMetricExporterBuilder, PeriodicReader, SdkMeterProvider,
+    Temporality,
+};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls};
@@ -329,16 +330,80 @@ struct Point {
 /// One export: when, and its points.
 type Export = (Instant, Vec<Point>);
 
-#[derive(Clone, Default)]
-struct MetricLog(Arc<Mutex<Vec<Export>>>);
+/// The SDK's in-memory exporter, which keeps every export (with delta
+/// temporality: what was recorded since the one before), read as [`Point`]s
+/// timed on this process's monotonic clock.
+#[derive(Clone)]
+struct MetricLog {
+    exporter: InMemoryMetricExporter,
+    /// The same moment on both clocks, to place the SDK's collection times.
+    origin: (Instant, SystemTime),
+}
+
+impl Default for MetricLog {
+    fn default() -> Self {
+        MetricLog {
+            exporter: InMemoryMetricExporterBuilder::new()
+                .with_temporality(Temporality::Delta)
+                .build(),
+            origin: (Instant::now(), SystemTime::now()),
+        }
+    }
+}
 
 impl MetricLog {
     /// A provider exporting here every 100 ms.
     fn provider(&self) -> SdkMeterProvider {
-        let reader = PeriodicReader::builder(self.clone())
+        let reader = PeriodicReader::builder(self.exporter.clone())
             .with_interval(Duration::from_millis(100))
             .build();
         SdkMeterProvider::builder().with_reader(reader).build()
+    }
+
+    /// Every export that held a histogram or a sum, oldest first, timed by
+    /// its collection.
+    fn exports(&self) -> Vec<Export> {
+        let to_instant =
+            |t: SystemTime| self.origin.0 + t.duration_since(self.origin.1).unwrap_or_default();
+        let attrs = |it: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+            it.map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let exports = self.exporter.get_finished_metrics().expect("exports");
+        let mut out = Vec::new();
+        for export in &exports {
+            let (mut at, mut points) = (None, Vec::new());
+            for m in export.scope_metrics().flat_map(|s| s.metrics()) {
+                let name = m.name().to_owned();
+                match m.data() {
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                        at = Some(h.time());
+                        points.extend(h.data_points().map(|p| Point {
+                            name: name.clone(),
+                            attrs: attrs(&mut p.attributes()),
+                            count: p.count() as f64,
+                            sum: p.sum(),
+                            max: p.max(),
+                        }));
+                    }
+                    AggregatedMetrics::U64(MetricData::Sum(s)) => {
+                        at = Some(s.time());
+                        points.extend(s.data_points().map(|p| Point {
+                            name: name.clone(),
+                            attrs: attrs(&mut p.attributes()),
+                            count: p.value() as f64,
+                            sum: p.value() as f64,
+                            max: None,
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(at) = at {
+                out.push((to_instant(at), points));
+            }
+        }
+        out
     }
 
     /// Exports at or after `from`, each with the points of `name` that `keep`
@@ -349,18 +414,15 @@ impl MetricLog {
         name: &str,
         keep: impl Fn(&Point) -> bool,
     ) -> Vec<(Instant, Vec<Point>)> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
+        self.exports()
+            .into_iter()
             .filter(|(at, _)| *at >= from)
             .map(|(at, points)| {
                 let points = points
-                    .iter()
+                    .into_iter()
                     .filter(|p| p.name == name && keep(p))
-                    .cloned()
                     .collect();
-                (*at, points)
+                (at, points)
             })
             .collect()
     }
@@ -379,57 +441,6 @@ impl MetricLog {
             .iter()
             .flat_map(|(_, points)| points.iter().map(|p| p.count))
             .sum()
-    }
-}
-
-impl PushMetricExporter for MetricLog {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let mut points = Vec::new();
-        for m in metrics.scope_metrics().flat_map(|s| s.metrics()) {
-            let attrs = |it: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
-                it.map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
-                    .collect::<BTreeMap<_, _>>()
-            };
-            match m.data() {
-                AggregatedMetrics::F64(MetricData::Histogram(h)) => {
-                    for p in h.data_points() {
-                        points.push(Point {
-                            name: m.name().to_owned(),
-                            attrs: attrs(&mut p.attributes()),
-                            count: p.count() as f64,
-                            sum: p.sum(),
-                            max: p.max(),
-                        });
-                    }
-                }
-                AggregatedMetrics::U64(MetricData::Sum(s)) => {
-                    for p in s.data_points() {
-                        points.push(Point {
-                            name: m.name().to_owned(),
-                            attrs: attrs(&mut p.attributes()),
-                            count: p.value() as f64,
-                            sum: p.value() as f64,
-                            max: None,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.0.lock().unwrap().push((Instant::now(), points));
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Delta
     }
 }
 
