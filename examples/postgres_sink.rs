@@ -694,10 +694,7 @@ fn parse_args() -> Result<Args, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::args_or_exit("postgres_sink", parse_args);
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::failed("postgres_sink", e.as_ref()),
-    }
+    cli::exit_status("postgres_sink", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {

@@ -124,10 +124,7 @@ fn parse_args() -> Result<Args, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::args_or_exit("quickstart", parse_args);
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::failed("quickstart", e.as_ref()),
-    }
+    cli::exit_status("quickstart", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
