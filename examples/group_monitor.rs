@@ -19,15 +19,25 @@
 //! (default 60), `--replicas N` (the group's current consumer count, for a
 //! replica suggestion), `--read-uncommitted`.
 //!
-//! `--serve` runs until Ctrl-C, exporting the `fresh_consumer.monitor.*`
-//! gauges over OTLP (configured by the standard `OTEL_*` variables) and
-//! printing one line per group and cycle.
+//! `--serve` runs until Ctrl-C or SIGTERM, exporting the
+//! `fresh_consumer.monitor.*` gauges over OTLP (configured by the standard
+//! `OTEL_*` variables) and printing one line per group and cycle.
 //!
-//! Exit codes: 0 the report was printed (or `--serve` stopped on Ctrl-C);
+//! Exit codes: 0 the report was printed (or `--serve` was stopped by a signal);
 //! 1 bad arguments or configuration; 2 no broker answered; 3 a topic does
 //! not exist; 4 a watched group has no committed offsets (unknown group);
 //! 5 a cycle failed. `--demo` also watches a group that never committed,
 //! so it prints that error and exits 4.
+//!
+//! The demo's broker is `examples/support/mock_broker.rs`; error chains and
+//! the Ctrl-C / SIGTERM signal come from `examples/support/cli.rs` (both
+//! shared with the other examples). Bad arguments exit 1 here, not 2 as in
+//! the other examples: 2 is this tool's "no broker answered".
+
+#[path = "support/cli.rs"]
+mod cli;
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -55,23 +65,30 @@ struct Args {
     read_uncommitted: bool,
 }
 
+/// The defaults of the options (see the module documentation).
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            demo: false,
+            bootstrap: None,
+            groups: Vec::new(),
+            topics: Vec::new(),
+            set: Vec::new(),
+            json: false,
+            serve: false,
+            interval: 5.0,
+            samples: 2,
+            window: 60.0,
+            stall_after: 30.0,
+            lag_threshold: 60.0,
+            replicas: None,
+            read_uncommitted: false,
+        }
+    }
+}
+
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        demo: false,
-        bootstrap: None,
-        groups: Vec::new(),
-        topics: Vec::new(),
-        set: Vec::new(),
-        json: false,
-        serve: false,
-        interval: 5.0,
-        samples: 2,
-        window: 60.0,
-        stall_after: 30.0,
-        lag_threshold: 60.0,
-        replicas: None,
-        read_uncommitted: false,
-    };
+    let mut a = Args::default();
     let mut it = std::env::args().skip(1);
     fn value(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<String, String> {
         it.next().ok_or_else(|| format!("{flag} needs a value"))
@@ -143,17 +160,6 @@ fn exit_code(e: &MonitorError) -> u8 {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(c) = source {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        source = c.source();
-    }
-    s
-}
-
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -177,8 +183,8 @@ async fn run(mut args: Args) -> ExitCode {
     // Keeps the demo's broker alive for the whole run.
     let _demo = if args.demo {
         match demo::setup().await {
-            Ok((cluster, bootstrap, topic)) => {
-                args.bootstrap = Some(bootstrap);
+            Ok((broker, topic)) => {
+                args.bootstrap = Some(broker.bootstrap().to_owned());
                 args.topics = vec![topic];
                 args.groups = vec!["demo-billing".into(), "demo-unknown".into()];
                 args.interval = 0.5;
@@ -186,7 +192,7 @@ async fn run(mut args: Args) -> ExitCode {
                 args.window = 1.0;
                 args.stall_after = 0.5;
                 args.lag_threshold = 5.0;
-                Some(cluster)
+                Some(broker)
             }
             Err(e) => {
                 eprintln!("error: demo setup: {e}");
@@ -217,12 +223,12 @@ async fn run(mut args: Args) -> ExitCode {
             Ok(c) => match c.build() {
                 Ok(p) => p,
                 Err(e) => {
-                    eprintln!("error: OTLP exporter: {}", error_chain(&e));
+                    eprintln!("error: OTLP exporter: {}", cli::chain(&e));
                     return ExitCode::from(1);
                 }
             },
             Err(e) => {
-                eprintln!("error: OTLP configuration: {}", error_chain(&e));
+                eprintln!("error: OTLP configuration: {}", cli::chain(&e));
                 return ExitCode::from(1);
             }
         };
@@ -230,14 +236,14 @@ async fn run(mut args: Args) -> ExitCode {
         let mut monitor = match monitor.connect().await {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("error: {}", error_chain(&e));
+                eprintln!("error: {}", cli::chain(&e));
                 return ExitCode::from(exit_code(&e));
             }
         };
         let mut tick = tokio::time::interval(Duration::from_secs_f64(args.interval));
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                () = cli::shutdown_signal() => break,
                 _ = tick.tick() => {}
             }
             match monitor.cycle().await {
@@ -246,7 +252,7 @@ async fn run(mut args: Args) -> ExitCode {
                         println!("{}", summary_line(g));
                     }
                 }
-                Err(e) => eprintln!("cycle failed: {}", error_chain(&e)),
+                Err(e) => eprintln!("cycle failed: {}", cli::chain(&e)),
             }
         }
         let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
@@ -256,7 +262,7 @@ async fn run(mut args: Args) -> ExitCode {
     let mut monitor = match monitor.connect().await {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            eprintln!("error: {}", cli::chain(&e));
             return ExitCode::from(exit_code(&e));
         }
     };
@@ -268,7 +274,7 @@ async fn run(mut args: Args) -> ExitCode {
         match monitor.cycle().await {
             Ok(r) => report = Some(r),
             Err(e) => {
-                eprintln!("error: {}", error_chain(&e));
+                eprintln!("error: {}", cli::chain(&e));
                 return ExitCode::from(exit_code(&e));
             }
         }
@@ -544,25 +550,17 @@ mod demo {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-    pub(super) async fn setup() -> Result<(BaseProducer, String, String), Box<dyn std::error::Error>>
-    {
-        let owner: BaseProducer = ClientConfig::new()
-            .set("test.mock.num.brokers", "1")
-            .create()?;
-        let bootstrap = owner
-            .client()
-            .mock_cluster()
-            .ok_or("no mock cluster")?
-            .bootstrap_servers();
+    use crate::mock_broker::MockBroker;
+
+    /// The running broker (alive as long as the value) and the topic.
+    pub(super) async fn setup() -> Result<(MockBroker, String), Box<dyn std::error::Error>> {
+        let broker = MockBroker::start()?;
+        let bootstrap = broker.bootstrap().to_owned();
         let topic = "demo-orders".to_owned();
-        owner
-            .client()
-            .mock_cluster()
-            .ok_or("no mock cluster")?
-            .create_topic(&topic, 3, 1)?;
+        broker.create_topic(&topic, 3)?;
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .create()?;
@@ -599,6 +597,6 @@ mod demo {
             c.commit(&tpl, CommitMode::Sync).map_err(|e| e.to_string())
         })
         .await??;
-        Ok((owner, bootstrap, topic))
+        Ok((broker, topic))
     }
 }

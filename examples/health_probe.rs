@@ -133,10 +133,7 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::failed("health_probe", e.as_ref()),
-    }
+    cli::exit_status("health_probe", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {

@@ -48,6 +48,15 @@
 //! nothing is lost while the database is away. A payload that can never be
 //! written is marked [`permanent`], which skips the retries (and, with the
 //! default `OnExhausted::Block`, holds the partition until someone looks).
+//!
+//! The demo's broker comes from `examples/support/mock_broker.rs` and the
+//! command-line plumbing from `examples/support/cli.rs` (shared with the
+//! other examples).
+
+#[path = "support/cli.rs"]
+mod cli;
+#[path = "support/mock_broker.rs"]
+mod mock_broker;
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -636,22 +645,17 @@ fn parse_args() -> Result<Args, String> {
     };
     let (mut bootstrap, mut topic, mut group) = (None, None, None);
     let mut it = std::env::args().skip(1);
-    let number = |flag: &str, v: Option<String>| -> Result<u64, String> {
-        v.as_deref()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{flag} needs a number"))
-    };
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--records" => args.records = number(&arg, it.next())?,
+            "--records" => args.records = cli::number(&arg, it.next())?,
             "--partitions" => {
-                args.partitions = number(&arg, it.next())?
+                args.partitions = cli::number(&arg, it.next())?
                     .clamp(1, 64)
                     .try_into()
                     .unwrap_or(1)
             }
             "--batch" => {
-                let max = number(&arg, it.next())? as usize;
+                let max = cli::number(&arg, it.next())? as usize;
                 args.transactions = if max <= 1 {
                     Transactions::PerRecord
                 } else {
@@ -689,31 +693,8 @@ fn parse_args() -> Result<Args, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("postgres_sink: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("postgres_sink: {}", chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// An error and its sources, `outer: inner: innermost`.
-fn chain(e: &dyn Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    message
+    let args = cli::args_or_exit("postgres_sink", parse_args);
+    cli::exit_status("postgres_sink", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
@@ -734,7 +715,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     };
     let sink = PostgresSink::connect(&url, pool_size, args.transactions)
         .await
-        .map_err(|e| format!("{} (is DATABASE_URL right?)", chain(e.as_ref())))?;
+        .map_err(|e| format!("{} (is DATABASE_URL right?)", cli::chain(e.as_ref())))?;
     println!(
         "PostgreSQL at {}: schema ready; {}",
         sink.target(),
@@ -752,7 +733,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 .topics([topic.clone()])
                 .processing_order(sink.processing_order())
                 .retry_backoff(Duration::from_millis(100), Duration::from_secs(5))
-                .run_until(ctrl_c_or_sigterm())
+                .run_until(cli::shutdown_signal())
                 .await?;
             report(&sink.stats(), None);
             print_committed(&summary);
@@ -764,27 +745,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
 async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
     use rdkafka::ClientConfig;
-    use rdkafka::producer::{BaseProducer, FutureProducer, FutureRecord, Producer};
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
-    let owner: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "1")
-        .create()?;
-    let mock = owner
-        .client()
-        .mock_cluster()
-        .ok_or("the mock cluster did not start")?;
-    let bootstrap = mock.bootstrap_servers();
-    // SAFETY: `owner` owns the mock cluster and outlives this call.
-    unsafe {
-        let cluster = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-        rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
-    }
+    let broker = mock_broker::MockBroker::start()?;
+    let bootstrap = broker.bootstrap().to_owned();
     // A new topic per run: the keys in `processed_events` include the topic,
     // and a rerun of the demo is new data.
     let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let topic = format!("orders-demo-{millis}");
-    mock.create_topic(&topic, args.partitions, 1)?;
-    drop(mock);
+    broker.create_topic(&topic, args.partitions)?;
 
     // Produce everything first: the run below measures the sink alone.
     let producer: FutureProducer = ClientConfig::new()
@@ -852,7 +821,7 @@ async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
         .run_until(async {
             tokio::select! {
                 () = done => {}
-                () = ctrl_c_or_sigterm() => println!("signal received; stopping"),
+                () = cli::shutdown_signal() => println!("signal received; stopping"),
             }
         })
         .await?;
@@ -881,7 +850,7 @@ async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
     }
     // The clients first: they would log the broker's disappearance.
     drop(producer);
-    drop(owner);
+    drop(broker);
     Ok(())
 }
 
@@ -917,19 +886,4 @@ fn report(stats: &SinkStats, elapsed: Option<Duration>) {
     if unreachable + failed > 0 {
         println!("failed writes (retried): {unreachable} unreachable, {failed} database errors");
     }
-}
-
-async fn ctrl_c_or_sigterm() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -95,16 +95,11 @@ fn parse_args() -> Result<Args, String> {
         records: DEFAULT_RECORDS,
     };
     let mut it = std::env::args().skip(1);
-    let number = |flag: &str, v: Option<String>| -> Result<u64, String> {
-        v.as_deref()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{flag} needs a number"))
-    };
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--serve" => args.serve = true,
-            "--exit-after-records" => args.exit_after = Some(number(&arg, it.next())?),
-            "--records" => args.records = number(&arg, it.next())?,
+            "--exit-after-records" => args.exit_after = Some(cli::number(&arg, it.next())?),
+            "--records" => args.records = cli::number(&arg, it.next())?,
             "-h" | "--help" => {
                 println!(
                     "usage: quickstart [--records N] | --serve [--exit-after-records N]\n\
@@ -129,10 +124,7 @@ fn parse_args() -> Result<Args, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::args_or_exit("quickstart", parse_args);
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::failed("quickstart", e.as_ref()),
-    }
+    cli::exit_status("quickstart", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {

@@ -183,10 +183,7 @@ async fn main() -> ExitCode {
             .await
             .map(|_| ())
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cli::failed("redrive failed", &*e),
-    }
+    cli::exit_status("redrive failed", result)
 }
 
 // ---------------------------------------------------------------------------

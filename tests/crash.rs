@@ -12,23 +12,19 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::{FreshConsumer, Record};
-use support::kafka::{TestCluster, fast_consumer, unique};
+use fresh_consumer::Record;
+use support::child::{self, ChildProcess};
+use support::kafka::{TestCluster, unique};
 use support::logs;
 use support::wait::wait_until;
 
-const CHILD_BOOTSTRAP: &str = "FRESH_CHILD_BOOTSTRAP";
-const CHILD_TOPIC: &str = "FRESH_CHILD_TOPIC";
-const CHILD_GROUP: &str = "FRESH_CHILD_GROUP";
 const CHILD_OUT: &str = "FRESH_CHILD_OUT";
 const CHILD_DELAY_MS: &str = "FRESH_CHILD_DELAY_MS";
-const CHILD_SESSION_MS: &str = "FRESH_CHILD_SESSION_MS";
 
 const PARTITIONS: i32 = 3;
 const PER_PARTITION: usize = 1_000;
@@ -41,17 +37,11 @@ const KILL_AFTER_LINES: usize = 600;
 /// The consumer process. A no-op unless started by `killed_mid_stream_and_restarted`.
 #[test]
 fn child_consumer() {
-    let Ok(bootstrap) = std::env::var(CHILD_BOOTSTRAP) else {
+    let Some(target) = child::target() else {
         return;
     };
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
-    let topic = var(CHILD_TOPIC);
-    let group = var(CHILD_GROUP);
-    let out = var(CHILD_OUT);
-    let delay = Duration::from_millis(var(CHILD_DELAY_MS).parse().expect("delay in ms"));
-    let session_ms: u64 = var(CHILD_SESSION_MS)
-        .parse()
-        .expect("session timeout in ms");
+    let out = child::var(CHILD_OUT);
+    let delay = Duration::from_millis(child::var(CHILD_DELAY_MS).parse().expect("delay in ms"));
     logs::init();
 
     let file = std::fs::OpenOptions::new()
@@ -75,54 +65,22 @@ fn child_consumer() {
             Ok::<(), std::io::Error>(())
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let summary = runtime
-        .block_on(
-            child_settings(handler, &bootstrap, &group, &topic, session_ms).run_until(async {
-                // Runs until the parent closes our stdin (or dies).
-                let _ = tokio::task::spawn_blocking(|| {
-                    let mut sink = Vec::new();
-                    std::io::stdin().read_to_end(&mut sink)
-                })
-                .await;
-            }),
-        )
-        .expect("the child consumer ran without a fatal error");
+    let summary =
+        child::block_on(child::consumer(handler, &target).run_until(child::stdin_closed()))
+            .expect("the child consumer ran without a fatal error");
     eprintln!("child summary: {summary:?}");
 }
 
-/// The test cluster's fast settings, with a short session so the killed
-/// member leaves the group quickly (the mock broker waits
-/// `session.timeout.ms - 1 s` for members at each membership change).
-fn child_settings<H: fresh_consumer::Handler>(
-    handler: H,
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    session_ms: u64,
-) -> FreshConsumer<H> {
-    fast_consumer(handler, bootstrap, group, topic)
-        .set("session.timeout.ms", session_ms.to_string())
-        .set("heartbeat.interval.ms", (session_ms / 10).to_string())
-        .revoke_timeout(Duration::from_secs(1))
-}
-
-/// A child consumer process, killed when dropped; its output and logs are
-/// printed when the test fails.
-struct ChildProcess {
-    name: &'static str,
-    child: Child,
+/// A child consumer process and the file of `partition offset` lines it
+/// writes as its handler succeeds.
+struct ChildConsumer {
+    process: ChildProcess,
     out: PathBuf,
-    log: PathBuf,
 }
 
-impl ChildProcess {
+impl ChildConsumer {
     fn spawn(
-        name: &'static str,
+        name: &str,
         dir: &Path,
         cluster: &TestCluster,
         group: &str,
@@ -130,47 +88,13 @@ impl ChildProcess {
         delay_ms: u64,
     ) -> Self {
         let out = dir.join(format!("{name}.out"));
-        let log = dir.join(format!("{name}.log"));
-        let log_file = std::fs::File::create(&log).expect("child log");
-        let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "child_consumer",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_BOOTSTRAP, cluster.bootstrap())
-            .env(CHILD_TOPIC, topic)
-            .env(CHILD_GROUP, group)
+        let mut command = child::command("child_consumer", cluster, group, topic);
+        command
             .env(CHILD_OUT, &out)
-            .env(CHILD_DELAY_MS, delay_ms.to_string())
-            // Short, so the killed member leaves the group soon; a real broker
-            // refuses less than group.min.session.timeout.ms (6 s by default).
-            .env(
-                CHILD_SESSION_MS,
-                if cluster.is_real() { "6000" } else { "2000" },
-            )
-            .stdin(Stdio::piped())
-            .stdout(log_file.try_clone().expect("log handle"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn the child consumer");
-        ChildProcess {
-            name,
-            child,
+            .env(CHILD_DELAY_MS, delay_ms.to_string());
+        ChildConsumer {
+            process: ChildProcess::spawn(name, dir, command),
             out,
-            log,
-        }
-    }
-
-    /// Panics with the child's log when it has exited.
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().expect("try_wait") {
-            panic!(
-                "{} exited early ({status}):\n{}",
-                self.name,
-                self.log_text()
-            );
         }
     }
 
@@ -195,29 +119,20 @@ impl ChildProcess {
                 let o = it.next().and_then(|s| s.parse().ok());
                 match (p, o) {
                     (Some(p), Some(o)) => (p, o),
-                    _ => panic!("{}: malformed line {l:?}", self.name),
+                    _ => panic!("{}: malformed line {l:?}", self.process.name),
                 }
             })
             .collect()
     }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
 }
 
-impl Drop for ChildProcess {
+impl Drop for ChildConsumer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         if std::thread::panicking() {
-            let log = self.log_text();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
             eprintln!(
-                "--- {} ({} lines of output), last log lines:\n{}",
-                self.name,
-                self.lines(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                "--- {}: {} lines of output",
+                self.process.name,
+                self.lines()
             );
         }
     }
@@ -237,24 +152,19 @@ async fn killed_mid_stream_and_restarted() {
     std::fs::create_dir_all(&dir).expect("temp dir");
 
     // 1. The first process, slow, killed mid-stream.
-    let mut first = ChildProcess::spawn("child-1", &dir, &cluster, &group, &topic, SLOW_MS);
+    let mut first = ChildConsumer::spawn("child-1", &dir, &cluster, &group, &topic, SLOW_MS);
     wait_until(
         Duration::from_secs(20),
         "the first child handled some hundreds of records",
         || {
-            first.assert_running();
+            first.process.assert_running();
             let n = first.lines();
             async move { n >= KILL_AFTER_LINES }
         },
     )
     .await;
-    first.child.kill().expect("SIGKILL the first child");
-    let status = first.child.wait().expect("reap the first child");
+    first.process.kill();
     let killed_at = began.elapsed();
-    assert!(
-        !status.success(),
-        "the first child was not killed: {status}"
-    );
     // Read after the kill: the dead process commits nothing more, so this is
     // the tightest sound bound. (A commit it had already written to its
     // socket may still land, moving the offset further forward: the bound
@@ -290,7 +200,7 @@ async fn killed_mid_stream_and_restarted() {
         "the kill did not land mid-stream: committed {at_kill:?}"
     );
     // 2. The restarted process, fast, runs until everything was handled.
-    let mut second = ChildProcess::spawn("child-2", &dir, &cluster, &group, &topic, 0);
+    let mut second = ChildConsumer::spawn("child-2", &dir, &cluster, &group, &topic, 0);
     let all: BTreeSet<(i32, i64)> = (0..PARTITIONS)
         .flat_map(|p| (0..high[p as usize]).map(move |o| (p, o)))
         .collect();
@@ -298,7 +208,7 @@ async fn killed_mid_stream_and_restarted() {
         Duration::from_secs(30),
         "every record handled by one child or the other",
         || {
-            second.assert_running();
+            second.process.assert_running();
             let seen: BTreeSet<(i32, i64)> = second.handled().into_iter().collect();
             let done = all.iter().all(|k| seen_1.contains(k) || seen.contains(k));
             async move { done }
@@ -306,17 +216,11 @@ async fn killed_mid_stream_and_restarted() {
     )
     .await;
     // Close its stdin: it shuts down gracefully, committing what it did.
-    drop(second.child.stdin.take());
-    wait_until(Duration::from_secs(20), "the second child exited", || {
-        let exited = second.child.try_wait().expect("try_wait").is_some();
-        async move { exited }
-    })
-    .await;
-    let status = second.child.wait().expect("second child status");
+    let status = second.process.stop().await;
     assert!(
         status.success(),
         "the second child failed ({status}):\n{}",
-        second.log_text()
+        second.process.log_text()
     );
     let handled_2 = second.handled();
     let committed = cluster.committed(&group, &topic, PARTITIONS).await;

@@ -83,29 +83,6 @@ impl Gate {
     }
 }
 
-/// Produces `n` records of `size` bytes to one partition, all acknowledged.
-async fn produce_bulk(cluster: &TestCluster, topic: &str, partition: i32, n: usize, size: usize) {
-    let payload = vec![b'x'; size];
-    let mut futures = Vec::with_capacity(n);
-    for i in 0..n {
-        let key = format!("bulk-{i}");
-        let r = FutureRecord::to(topic)
-            .partition(partition)
-            .key(&key)
-            .payload(&payload[..]);
-        futures.push(
-            cluster
-                .producer()
-                .send_result(r)
-                .map_err(|(e, _)| e)
-                .expect("enqueue"),
-        );
-    }
-    for f in futures {
-        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-    }
-}
-
 async fn watermarks(cluster: &TestCluster, topic: &str, partition: i32) -> (i64, i64) {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let bootstrap = cluster.bootstrap().to_owned();
@@ -120,34 +97,6 @@ async fn watermarks(cluster: &TestCluster, topic: &str, partition: i32) -> (i64,
     })
     .await
     .expect("watermark task")
-}
-
-/// Commits `offset` for `partition` in `group`, as another member would.
-async fn commit_offset(
-    cluster: &TestCluster,
-    group: &str,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-) {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    use rdkafka::{Offset, TopicPartitionList};
-    let bootstrap = cluster.bootstrap().to_owned();
-    let (group, topic) = (group.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("committer");
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
-            .unwrap();
-        c.commit(&tpl, CommitMode::Sync).expect("commit");
-    })
-    .await
-    .expect("commit task");
 }
 
 /// Short thresholds so the tests see the statuses within seconds.
@@ -254,9 +203,9 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
     let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("hot", 3).await;
     // 90 % (10,800) on partition 0, 600 on each of the others.
-    produce_bulk(&cluster, &topic, 0, 10_800, 50).await;
-    produce_bulk(&cluster, &topic, 1, 600, 50).await;
-    produce_bulk(&cluster, &topic, 2, 600, 50).await;
+    cluster.produce_bulk(&topic, 0, 10_800, 50).await;
+    cluster.produce_bulk(&topic, 1, 600, 50).await;
+    cluster.produce_bulk(&topic, 2, 600, 50).await;
     let seen = Seen::default();
     let handler = seen.slow_recorder(|_| true);
     let run = start(
@@ -635,9 +584,9 @@ async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, 
     let topic = cluster.topic(prefix, 2).await;
     let group = unique(&format!("g-{prefix}"));
     cluster.produce_many(&topic, 2, 10).await;
-    commit_offset(cluster, &group, &topic, 0, 10).await;
-    commit_offset(cluster, &group, &topic, 1, 10).await;
-    produce_bulk(cluster, &topic, 0, 700, 10_000).await;
+    cluster.commit_offset(&group, &topic, 0, 10).await;
+    cluster.commit_offset(&group, &topic, 1, 10).await;
+    cluster.produce_bulk(&topic, 0, 700, 10_000).await;
     let (lo, hi) = watermarks(cluster, &topic, 0).await;
     assert!(
         lo > 10,
@@ -841,7 +790,7 @@ async fn falling_behind_retention_while_running_is_detected() {
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     eprintln!("{s}");
-    produce_bulk(&cluster, &topic, 0, 700, 10_000).await;
+    cluster.produce_bulk(&topic, 0, 700, 10_000).await;
     let (lo, hi) = watermarks(&cluster, &topic, 0).await;
     gate.open();
     wait_until(WAIT, "consumed to the high watermark", || async {
@@ -884,7 +833,7 @@ async fn a_committed_offset_above_the_high_watermark_is_reported() {
     let (receiver, provider) = wire().await;
     let (cluster, topic, group) = TestCluster::with_topic("above-hw", 1).await;
     cluster.produce_many(&topic, 1, 5).await;
-    commit_offset(&cluster, &group, &topic, 0, 1_000).await;
+    cluster.commit_offset(&group, &topic, 0, 1_000).await;
     let seen = Seen::default();
     let handler = seen.recorder();
     let run = start(

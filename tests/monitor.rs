@@ -16,11 +16,14 @@ use fresh_consumer::monitor::{
     Diagnosis, GroupMonitor, HeadTimestamp, LagStatus, MonitorError, MonitorHandle, MonitorReport,
     Scaling,
 };
-use fresh_consumer::{ConfigError, OnExhausted, Record, RetryPolicy, TopicPartition, permanent};
+use fresh_consumer::{ConfigError, OnExhausted, Record, RetryPolicy, permanent};
 use rdkafka::producer::FutureRecord;
-use support::kafka::{TestCluster, now_ms, unique};
+use support::kafka::{TestCluster, now_ms, tp, unique};
 use support::logs;
-use support::otlp_receiver::{OtlpReceiver, attrs, number_points};
+use support::metrics::{otlp_provider, partition_attrs};
+use support::otlp_receiver::{OtlpReceiver, number_points};
+use support::run;
+use support::wait::wait_for;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -39,94 +42,43 @@ fn monitor(cluster: &TestCluster, group: &str, topic: &str) -> GroupMonitor {
         .read_timeout(Duration::from_secs(3))
 }
 
-struct Running {
+/// A monitor running in a task of its own until [`Watching::stop`].
+struct Watching {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     handle: MonitorHandle,
 }
 
-async fn start(m: GroupMonitor) -> Running {
+async fn watch(m: GroupMonitor) -> Watching {
     let monitor = m.connect().await.expect("connect");
     let handle = monitor.handle();
     let stop = CancellationToken::new();
     let task = tokio::spawn(monitor.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task, handle }
+    Watching { stop, task, handle }
 }
 
-impl Running {
+impl Watching {
     /// Waits until the latest report satisfies `cond`; returns it.
     async fn wait(&self, what: &str, cond: impl Fn(&MonitorReport) -> bool) -> Arc<MonitorReport> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(r) = self.handle.latest()
-                && cond(&r)
-            {
-                return r;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {WAIT:?} waiting for: {what}; latest: {:#?}",
-                    self.handle.latest()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let probe = || std::future::ready(self.handle.latest());
+        wait_for(WAIT, what, probe, |r| r.as_deref().is_some_and(&cond))
+            .await
+            .expect("a report")
+    }
+
+    /// Waits until the group is diagnosed `diagnosis`, prints how long that
+    /// took since `since`, and returns the report.
+    async fn diagnosed(&self, diagnosis: Diagnosis, since: Instant) -> Arc<MonitorReport> {
+        let r = self
+            .wait(diagnosis.as_str(), |r| r.groups[0].diagnosis == diagnosis)
+            .await;
+        println!("{} after {:?}", diagnosis.as_str(), since.elapsed());
+        r
     }
 
     async fn stop(self) {
         self.stop.cancel();
         self.task.await.expect("monitor task");
-    }
-}
-
-/// Commits `offset` for `partition` in `group`, as a member would.
-async fn commit(cluster: &TestCluster, group: &str, topic: &str, partition: i32, offset: i64) {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    use rdkafka::{Offset, TopicPartitionList};
-    let bootstrap = cluster.bootstrap().to_owned();
-    let (group, topic) = (group.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("committer");
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))
-            .unwrap();
-        c.commit(&tpl, CommitMode::Sync).expect("commit");
-    })
-    .await
-    .expect("commit task");
-}
-
-async fn produce_bulk(cluster: &TestCluster, topic: &str, partition: i32, n: usize, size: usize) {
-    let payload = vec![b'x'; size];
-    let mut futures = Vec::with_capacity(n);
-    for i in 0..n {
-        let key = format!("bulk-{i}");
-        let r = FutureRecord::to(topic)
-            .partition(partition)
-            .key(&key)
-            .payload(&payload[..]);
-        futures.push(
-            cluster
-                .producer()
-                .send_result(r)
-                .map_err(|(e, _)| e)
-                .expect("enqueue"),
-        );
-    }
-    for f in futures {
-        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-    }
-}
-
-fn tp(topic: &str, partition: i32) -> TopicPartition {
-    TopicPartition {
-        topic: topic.to_owned(),
-        partition,
     }
 }
 
@@ -141,9 +93,7 @@ fn unix_ms(r: &MonitorReport) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("mon-ts", 4).await;
-    let group = unique("g-mon-ts");
+    let (cluster, topic, group) = TestCluster::with_topic("mon-ts", 4).await;
     let backdated = now_ms() - 120_000;
     cluster
         .produce(&topic, 0, "k", "old", Some(backdated - 60_000))
@@ -157,10 +107,10 @@ async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
         .produce(&topic, 2, "k", "future", Some(now_ms() + 3_600_000))
         .await;
     cluster.produce(&topic, 3, "k", "done", None).await;
-    commit(&cluster, &group, &topic, 0, 1).await;
-    commit(&cluster, &group, &topic, 1, 0).await;
-    commit(&cluster, &group, &topic, 2, 0).await;
-    commit(&cluster, &group, &topic, 3, 1).await;
+    cluster.commit_offset(&group, &topic, 0, 1).await;
+    cluster.commit_offset(&group, &topic, 1, 0).await;
+    cluster.commit_offset(&group, &topic, 2, 0).await;
+    cluster.commit_offset(&group, &topic, 3, 1).await;
 
     let mut m = monitor(&cluster, &group, &topic)
         .connect()
@@ -212,9 +162,7 @@ async fn time_lag_is_the_age_of_the_record_at_the_committed_offset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_consumer_is_dead_and_its_time_lag_grows_with_the_clock() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("mon-dead", 3).await;
-    let group = unique("g-mon-dead");
+    let (cluster, topic, group) = TestCluster::with_topic("mon-dead", 3).await;
     cluster.produce_many(&topic, 3, 300).await;
 
     // The consumer runs on a runtime of its own, so it can be killed.
@@ -231,7 +179,7 @@ async fn a_killed_consumer_is_dead_and_its_time_lag_grows_with_the_clock() {
 
     let m = monitor(&cluster, &group, &topic);
     let (interval, window) = (Duration::from_millis(250), Duration::from_secs(1));
-    let run = start(m).await;
+    let run = watch(m).await;
     run.wait("every partition committed something", |r| {
         r.groups[0]
             .partitions
@@ -308,18 +256,13 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
     let group = unique("g-mon-even");
     cluster.produce_many(&topic, 4, 1_000).await;
     let produced = Instant::now();
-    let run = start(
+    let run = watch(
         monitor(&cluster, &group, &topic)
             .current_replicas(1)
             .drain_target(Duration::from_millis(500)),
     )
     .await;
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, slow)
-            .run_until(stop.clone().cancelled_owned()),
-    );
+    let consumer = run::start(cluster.consumer(&group, &topic, slow));
     let r = run
         .wait("consumer_bound with a suggestion", |r| {
             r.groups[0].diagnosis == Diagnosis::ConsumerBound
@@ -342,27 +285,20 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
     assert!(g.commit_rate > 0.0);
     assert!(g.drain_time.is_some(), "draining: {g:?}");
     run.stop().await;
-    stop.cancel();
-    task.await.unwrap().unwrap();
+    consumer.stop().await;
 
     // Hot: 900 records on partition 2, 33 on each other.
     let topic = cluster.topic("mon-hot", 4).await;
     let group = unique("g-mon-hot");
     for p in 0..4 {
-        produce_bulk(&cluster, &topic, p, if p == 2 { 900 } else { 33 }, 100).await;
+        cluster
+            .produce_bulk(&topic, p, if p == 2 { 900 } else { 33 }, 100)
+            .await;
     }
     let produced = Instant::now();
-    let run = start(monitor(&cluster, &group, &topic).current_replicas(1)).await;
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(
-        cluster
-            .consumer(&group, &topic, slow)
-            .run_until(stop.clone().cancelled_owned()),
-    );
-    let r = run
-        .wait("skewed", |r| r.groups[0].diagnosis == Diagnosis::Skewed)
-        .await;
-    println!("skewed after {:?}", produced.elapsed());
+    let run = watch(monitor(&cluster, &group, &topic).current_replicas(1)).await;
+    let consumer = run::start(cluster.consumer(&group, &topic, slow));
+    let r = run.diagnosed(Diagnosis::Skewed, produced).await;
     let g = &r.groups[0];
     assert_eq!(g.named, vec![tp(&topic, 2)]);
     assert!(
@@ -371,8 +307,7 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
         g.scaling
     );
     run.stop().await;
-    stop.cancel();
-    task.await.unwrap().unwrap();
+    consumer.stop().await;
 }
 
 /// A poison record blocks partition 1 (block policy) while the others keep
@@ -380,9 +315,7 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_partition_is_stuck_and_named() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("mon-stuck", 3).await;
-    let group = unique("g-mon-stuck");
+    let (cluster, topic, group) = TestCluster::with_topic("mon-stuck", 3).await;
     cluster.produce_many(&topic, 3, 5).await;
     cluster.produce(&topic, 1, "k", "poison", None).await;
     cluster.produce_many(&topic, 3, 5).await;
@@ -393,13 +326,11 @@ async fn a_blocked_partition_is_stuck_and_named() {
             Ok(())
         }
     };
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(
+    let consumer = run::start(
         cluster
             .consumer(&group, &topic, handler)
             .retry(RetryPolicy::new().max_attempts(2))
-            .on_exhausted(OnExhausted::Block)
-            .run_until(stop.clone().cancelled_owned()),
+            .on_exhausted(OnExhausted::Block),
     );
     // Keep records flowing to partitions 0 and 2.
     let flowing = Arc::new(AtomicBool::new(true));
@@ -422,11 +353,8 @@ async fn a_blocked_partition_is_stuck_and_named() {
         })
     };
     let started = Instant::now();
-    let run = start(monitor(&cluster, &group, &topic)).await;
-    let r = run
-        .wait("stuck", |r| r.groups[0].diagnosis == Diagnosis::Stuck)
-        .await;
-    println!("stuck after {:?}", started.elapsed());
+    let run = watch(monitor(&cluster, &group, &topic)).await;
+    let r = run.diagnosed(Diagnosis::Stuck, started).await;
     let g = &r.groups[0];
     assert_eq!(g.named, vec![tp(&topic, 1)]);
     assert_eq!(g.partitions[1].status, LagStatus::Stalled);
@@ -442,8 +370,7 @@ async fn a_blocked_partition_is_stuck_and_named() {
     flowing.store(false, Ordering::Relaxed);
     producer.await.unwrap();
     run.stop().await;
-    stop.cancel();
-    task.await.unwrap().unwrap();
+    consumer.stop().await;
 }
 
 /// The log start advances toward a frozen committed offset (the mock keeps
@@ -460,8 +387,8 @@ async fn retention_margin_shrinks_then_out_of_range_counts_the_deleted() {
     let topic = cluster.topic("mon-retention", 1).await;
     let group = unique("g-mon-retention");
     // 40 records of 100 KB: 4 MB, nothing deleted yet.
-    produce_bulk(&cluster, &topic, 0, 40, 100_000).await;
-    commit(&cluster, &group, &topic, 0, 30).await;
+    cluster.produce_bulk(&topic, 0, 40, 100_000).await;
+    cluster.commit_offset(&group, &topic, 0, 30).await;
     let mut m = monitor(&cluster, &group, &topic)
         .connect()
         .await
@@ -478,7 +405,7 @@ async fn retention_margin_shrinks_then_out_of_range_counts_the_deleted() {
         }
         margins.push(p.retention_margin.unwrap());
         etas.push(p.retention_eta);
-        produce_bulk(&cluster, &topic, 0, 4, 100_000).await;
+        cluster.produce_bulk(&topic, 0, 4, 100_000).await;
     }
     println!("margins {margins:?}, etas {etas:?}");
     let (deleted, p) = out.expect("out of range within 40 cycles");
@@ -501,31 +428,18 @@ async fn retention_margin_shrinks_then_out_of_range_counts_the_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gauges_are_exported_with_the_partition_attributes() {
     use fresh_consumer::metrics::*;
-    use fresh_consumer::otlp::OtlpConfig;
     use opentelemetry::metrics::MeterProvider;
     logs::init();
-    let cluster = TestCluster::start();
+    let (cluster, topic, group) = TestCluster::with_topic("mon-otlp", 2).await;
     let receiver = OtlpReceiver::start().await;
-    let provider = OtlpConfig::new()
-        .with_endpoint(receiver.endpoint())
-        .with_export_interval(Duration::from_millis(200))
-        .with_service_name("monitor-test")
-        .build()
-        .expect("provider");
-    let topic = cluster.topic("mon-otlp", 2).await;
-    let group = unique("g-mon-otlp");
+    let provider = otlp_provider(&receiver, Duration::from_millis(200), "monitor-test");
     let backdated = now_ms() - 30_000;
     cluster.produce(&topic, 0, "k", "a", Some(backdated)).await;
-    commit(&cluster, &group, &topic, 0, 0).await;
+    cluster.commit_offset(&group, &topic, 0, 0).await;
     let run =
-        start(monitor(&cluster, &group, &topic).meter(provider.meter("fresh-consumer"))).await;
+        watch(monitor(&cluster, &group, &topic).meter(provider.meter("fresh-consumer"))).await;
     run.wait("a report", |_| true).await;
-    let p0 = attrs(&[
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_DESTINATION_NAME, &topic),
-        (MESSAGING_DESTINATION_PARTITION_ID, "0"),
-        (MESSAGING_CONSUMER_GROUP_NAME, &group),
-    ]);
+    let p0 = partition_attrs(&topic, 0, &group);
     let lag = receiver.wait_for_metric(MONITOR_LAG, WAIT).await;
     assert!(
         number_points(&lag).contains(&(p0.clone(), 1.0)),
@@ -697,12 +611,10 @@ async fn bad_input_is_a_typed_error_or_a_documented_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycle_cost_on_12_partitions() {
     logs::init();
-    let cluster = TestCluster::start();
-    let topic = cluster.topic("mon-cost", 12).await;
-    let group = unique("g-mon-cost");
+    let (cluster, topic, group) = TestCluster::with_topic("mon-cost", 12).await;
     cluster.produce_many(&topic, 12, 100).await;
     for p in 0..12 {
-        commit(&cluster, &group, &topic, p, 10).await;
+        cluster.commit_offset(&group, &topic, p, 10).await;
     }
     let mut m = monitor(&cluster, &group, &topic)
         .connect()
@@ -748,7 +660,7 @@ async fn lag_counts_to_the_last_stable_offset_under_read_committed() {
             .produce(&topic, 0, &format!("k{i}"), "committed", None)
             .await;
     }
-    commit(&cluster, &group, &topic, 0, 10).await;
+    cluster.commit_offset(&group, &topic, 0, 10).await;
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", cluster.bootstrap())
         .set("transactional.id", unique("tx-mon-lso"))

@@ -21,8 +21,9 @@
 //! the subject of two of them.
 //!
 //! The crash test runs the consumer as a child process of this test binary
-//! (`child_sink`, a no-op unless `FRESH_PG_CHILD_BOOTSTRAP` is set), like
-//! `tests/crash.rs`; the mock broker lives in the test process.
+//! (`child_sink`, a no-op unless `FRESH_CHILD_BOOTSTRAP` is set), with the
+//! runner of `tests/support/child.rs` that `tests/crash.rs` uses too; the
+//! mock broker lives in the test process.
 
 mod support;
 
@@ -31,33 +32,31 @@ mod support;
 mod example;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use example::{Order, PostgresSink, SinkErrorKind, SinkStats, Transactions};
 use fresh_consumer::metrics::{
     BATCH_DURATION, ERROR_TYPE, HANDLER_RETRIES, MESSAGING_DESTINATION_NAME, POLL_INTERVAL,
     PROCESS_DURATION,
 };
-use fresh_consumer::{
-    FreshConsumer, Handler, HealthHandle, HealthReason, HealthThresholds, PartitionStatus,
-    RunError, RunSummary,
+use fresh_consumer::{HealthHandle, HealthReason, HealthThresholds, PartitionStatus};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{
+    InMemoryMetricExporter, InMemoryMetricExporterBuilder, PeriodicReader, SdkMeterProvider,
+    Temporality,
 };
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
-use support::kafka::{TestCluster, unique};
+use support::child::{self, ChildProcess};
+use support::kafka::{TestCluster, acked, unique};
 use support::logs;
+use support::run::start;
 use support::wait::wait_until;
 
 /// The tests run one at a time (see the module documentation).
@@ -104,15 +103,30 @@ async fn connect(url: &str) -> Client {
 }
 
 /// A database of the test's own, dropped when the test passed (kept for a
-/// look when it failed).
+/// look when it failed). It holds [`SERIAL`] while it lives.
 struct TestDb {
     server: String,
     name: String,
     url: String,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl TestDb {
-    async fn create(server: &str, prefix: &str) -> Self {
+    /// What each PostgreSQL test starts with: `None` when `test` is skipped
+    /// (see [`database_url`]); else, once the tests before it are done, logs
+    /// captured and a database of its own, named after `prefix`.
+    async fn for_test(test: &str, prefix: &str) -> Option<Self> {
+        let server = database_url(test)?;
+        let serial = SERIAL.lock().await;
+        logs::init();
+        Some(Self::create(&server, prefix, serial).await)
+    }
+
+    async fn create(
+        server: &str,
+        prefix: &str,
+        serial: tokio::sync::MutexGuard<'static, ()>,
+    ) -> Self {
         let name = unique(&format!("fresh_{prefix}")).replace('-', "_");
         let admin = connect(server).await;
         // One statement per call: CREATE DATABASE refuses to run in the
@@ -131,6 +145,7 @@ impl TestDb {
             server: server.to_owned(),
             name,
             url,
+            _serial: serial,
         }
     }
 
@@ -242,7 +257,7 @@ fn order(i: u64) -> (String, String) {
 /// Produces orders `0..n` round-robin over the partitions, all acknowledged
 /// on return. Returns their ids.
 async fn produce_orders(
-    producer: &FutureProducer,
+    cluster: &TestCluster,
     topic: &str,
     partitions: i32,
     n: u64,
@@ -255,22 +270,13 @@ async fn produce_orders(
             .partition((i % partitions as u64) as i32)
             .key(&id)
             .payload(&payload);
-        pending.push(
-            producer
-                .send_result(r)
-                .map_err(|(e, _)| e)
-                .expect("enqueue"),
-        );
+        pending.push(cluster.enqueue(r));
         ids.insert(id);
         if pending.len() >= 20_000 {
-            for f in pending.drain(..) {
-                f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-            }
+            acked(pending.drain(..)).await;
         }
     }
-    for f in pending {
-        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-    }
+    acked(pending).await;
     ids
 }
 
@@ -324,16 +330,80 @@ struct Point {
 /// One export: when, and its points.
 type Export = (Instant, Vec<Point>);
 
-#[derive(Clone, Default)]
-struct MetricLog(Arc<Mutex<Vec<Export>>>);
+/// The SDK's in-memory exporter, which keeps every export (with delta
+/// temporality: what was recorded since the one before), read as [`Point`]s
+/// timed on this process's monotonic clock.
+#[derive(Clone)]
+struct MetricLog {
+    exporter: InMemoryMetricExporter,
+    /// The same moment on both clocks, to place the SDK's collection times.
+    origin: (Instant, SystemTime),
+}
+
+impl Default for MetricLog {
+    fn default() -> Self {
+        MetricLog {
+            exporter: InMemoryMetricExporterBuilder::new()
+                .with_temporality(Temporality::Delta)
+                .build(),
+            origin: (Instant::now(), SystemTime::now()),
+        }
+    }
+}
 
 impl MetricLog {
     /// A provider exporting here every 100 ms.
     fn provider(&self) -> SdkMeterProvider {
-        let reader = PeriodicReader::builder(self.clone())
+        let reader = PeriodicReader::builder(self.exporter.clone())
             .with_interval(Duration::from_millis(100))
             .build();
         SdkMeterProvider::builder().with_reader(reader).build()
+    }
+
+    /// Every export that held a histogram or a sum, oldest first, timed by
+    /// its collection.
+    fn exports(&self) -> Vec<Export> {
+        let to_instant =
+            |t: SystemTime| self.origin.0 + t.duration_since(self.origin.1).unwrap_or_default();
+        let attrs = |it: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+            it.map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let exports = self.exporter.get_finished_metrics().expect("exports");
+        let mut out = Vec::new();
+        for export in &exports {
+            let (mut at, mut points) = (None, Vec::new());
+            for m in export.scope_metrics().flat_map(|s| s.metrics()) {
+                let name = m.name().to_owned();
+                match m.data() {
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                        at = Some(h.time());
+                        points.extend(h.data_points().map(|p| Point {
+                            name: name.clone(),
+                            attrs: attrs(&mut p.attributes()),
+                            count: p.count() as f64,
+                            sum: p.sum(),
+                            max: p.max(),
+                        }));
+                    }
+                    AggregatedMetrics::U64(MetricData::Sum(s)) => {
+                        at = Some(s.time());
+                        points.extend(s.data_points().map(|p| Point {
+                            name: name.clone(),
+                            attrs: attrs(&mut p.attributes()),
+                            count: p.value() as f64,
+                            sum: p.value() as f64,
+                            max: None,
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(at) = at {
+                out.push((to_instant(at), points));
+            }
+        }
+        out
     }
 
     /// Exports at or after `from`, each with the points of `name` that `keep`
@@ -344,18 +414,15 @@ impl MetricLog {
         name: &str,
         keep: impl Fn(&Point) -> bool,
     ) -> Vec<(Instant, Vec<Point>)> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
+        self.exports()
+            .into_iter()
             .filter(|(at, _)| *at >= from)
             .map(|(at, points)| {
                 let points = points
-                    .iter()
+                    .into_iter()
                     .filter(|p| p.name == name && keep(p))
-                    .cloned()
                     .collect();
-                (*at, points)
+                (at, points)
             })
             .collect()
     }
@@ -374,84 +441,6 @@ impl MetricLog {
             .iter()
             .flat_map(|(_, points)| points.iter().map(|p| p.count))
             .sum()
-    }
-}
-
-impl PushMetricExporter for MetricLog {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let mut points = Vec::new();
-        for m in metrics.scope_metrics().flat_map(|s| s.metrics()) {
-            let attrs = |it: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
-                it.map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
-                    .collect::<BTreeMap<_, _>>()
-            };
-            match m.data() {
-                AggregatedMetrics::F64(MetricData::Histogram(h)) => {
-                    for p in h.data_points() {
-                        points.push(Point {
-                            name: m.name().to_owned(),
-                            attrs: attrs(&mut p.attributes()),
-                            count: p.count() as f64,
-                            sum: p.sum(),
-                            max: p.max(),
-                        });
-                    }
-                }
-                AggregatedMetrics::U64(MetricData::Sum(s)) => {
-                    for p in s.data_points() {
-                        points.push(Point {
-                            name: m.name().to_owned(),
-                            attrs: attrs(&mut p.attributes()),
-                            count: p.value() as f64,
-                            sum: p.value() as f64,
-                            max: None,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.0.lock().unwrap().push((Instant::now(), points));
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Delta
-    }
-}
-
-// ---------------------------------------------------------------------------
-// An in-process consumer
-// ---------------------------------------------------------------------------
-
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<RunSummary, RunError>>,
-    health: HealthHandle,
-}
-
-fn start<H: Handler>(consumer: FreshConsumer<H>) -> Running {
-    let health = consumer.health_handle();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(consumer.run_until(stop.clone().cancelled_owned()));
-    Running { stop, task, health }
-}
-
-impl Running {
-    async fn stop(self) -> RunSummary {
-        self.stop.cancel();
-        self.task
-            .await
-            .expect("consumer task")
-            .expect("the consumer ran without a fatal error")
     }
 }
 
@@ -503,13 +492,9 @@ impl SourceChain for Box<dyn std::error::Error + Send + Sync> {
 // 1. SIGKILL at three random points
 // ---------------------------------------------------------------------------
 
-const CHILD_BOOTSTRAP: &str = "FRESH_PG_CHILD_BOOTSTRAP";
-const CHILD_TOPIC: &str = "FRESH_PG_CHILD_TOPIC";
-const CHILD_GROUP: &str = "FRESH_PG_CHILD_GROUP";
 const CHILD_DATABASE: &str = "FRESH_PG_CHILD_DATABASE";
 const CHILD_BATCH: &str = "FRESH_PG_CHILD_BATCH";
 const CHILD_STATS: &str = "FRESH_PG_CHILD_STATS";
-const CHILD_SESSION_MS: &str = "FRESH_PG_CHILD_SESSION_MS";
 
 const CRASH_PARTITIONS: i32 = 4;
 const CRASH_RECORDS: u64 = 50_000;
@@ -522,30 +507,20 @@ const CHILD_BATCH_MAX: usize = 64;
 /// unless started by `fifty_thousand_records_three_kills_each_order_once`.
 #[test]
 fn child_sink() {
-    let Ok(bootstrap) = std::env::var(CHILD_BOOTSTRAP) else {
+    let Some(target) = child::target() else {
         return;
     };
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
-    let (topic, group, url, stats_path) = (
-        var(CHILD_TOPIC),
-        var(CHILD_GROUP),
-        var(CHILD_DATABASE),
-        PathBuf::from(var(CHILD_STATS)),
-    );
-    let session_ms: u64 = var(CHILD_SESSION_MS)
-        .parse()
-        .expect("session timeout in ms");
-    let transactions = match var(CHILD_BATCH).parse::<usize>().expect("batch size") {
+    let url = child::var(CHILD_DATABASE);
+    let stats_path = PathBuf::from(child::var(CHILD_STATS));
+    let transactions = match child::var(CHILD_BATCH)
+        .parse::<usize>()
+        .expect("batch size")
+    {
         0 | 1 => Transactions::PerRecord,
         max => Transactions::Batched { max },
     };
     logs::init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
+    child::block_on(async move {
         let sink = PostgresSink::connect(&url, CRASH_PARTITIONS as usize + 1, transactions)
             .await
             .expect("the child reaches PostgreSQL");
@@ -559,28 +534,10 @@ fn child_sink() {
                 }
             })
         };
-        let summary = FreshConsumer::new(sink.clone())
-            .bootstrap_servers(bootstrap)
-            .group_id(group)
-            .topics([topic])
+        let summary = child::consumer(sink.clone(), &target)
             .processing_order(sink.processing_order())
-            // Short, so the killed member leaves the group soon (the mock
-            // broker waits `session.timeout.ms - 1 s` at a membership change).
-            .set("session.timeout.ms", session_ms.to_string())
-            .set("heartbeat.interval.ms", (session_ms / 10).to_string())
-            .set("fetch.wait.max.ms", "10")
-            .set("topic.metadata.refresh.interval.ms", "1000")
-            .commit_interval(Duration::from_millis(50))
             .retry_backoff(Duration::from_millis(10), Duration::from_millis(200))
-            .revoke_timeout(Duration::from_secs(1))
-            .shutdown_timeout(Duration::from_secs(10))
-            .run_until(async {
-                let _ = tokio::task::spawn_blocking(|| {
-                    let mut sink = Vec::new();
-                    std::io::stdin().read_to_end(&mut sink)
-                })
-                .await;
-            })
+            .run_until(child::stdin_closed())
             .await
             .expect("the child consumer ran without a fatal error");
         writer.abort();
@@ -617,14 +574,13 @@ fn read_stats(path: &Path) -> (u64, u64, u64) {
     }
 }
 
-struct ChildProcess {
-    name: String,
-    child: Child,
+/// A child sink process, writing its counters to `{dir}/{name}.stats`.
+struct ChildSink {
+    process: ChildProcess,
     stats: PathBuf,
-    log: PathBuf,
 }
 
-impl ChildProcess {
+impl ChildSink {
     fn spawn(
         name: String,
         dir: &Path,
@@ -635,58 +591,14 @@ impl ChildProcess {
         batch: usize,
     ) -> Self {
         let stats = dir.join(format!("{name}.stats"));
-        let log = dir.join(format!("{name}.log"));
-        let log_file = std::fs::File::create(&log).expect("child log");
-        let child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "child_sink", "--nocapture", "--test-threads=1"])
-            .env(CHILD_BOOTSTRAP, cluster.bootstrap())
-            .env(CHILD_TOPIC, topic)
-            .env(CHILD_GROUP, group)
+        let mut command = child::command("child_sink", cluster, group, topic);
+        command
             .env(CHILD_DATABASE, database)
             .env(CHILD_BATCH, batch.to_string())
-            .env(CHILD_STATS, &stats)
-            // A real broker refuses less than group.min.session.timeout.ms
-            // (6 s by default).
-            .env(
-                CHILD_SESSION_MS,
-                if cluster.is_real() { "6000" } else { "2000" },
-            )
-            .stdin(Stdio::piped())
-            .stdout(log_file.try_clone().expect("log handle"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn the child consumer");
-        ChildProcess {
-            name,
-            child,
+            .env(CHILD_STATS, &stats);
+        ChildSink {
+            process: ChildProcess::spawn(name, dir, command),
             stats,
-            log,
-        }
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().expect("try_wait") {
-            panic!(
-                "{} exited early ({status}):\n{}",
-                self.name,
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!(
-                "--- {}: last log lines:\n{}",
-                self.name,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
         }
     }
 }
@@ -709,13 +621,15 @@ fn kill_points(rng: &mut fastrand::Rng, n: u64) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_thousand_records_three_kills_each_order_once() {
-    let Some(server) = database_url("fifty_thousand_records_three_kills_each_order_once") else {
+    let Some(db) = TestDb::for_test(
+        "fifty_thousand_records_three_kills_each_order_once",
+        "crash",
+    )
+    .await
+    else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    logs::init();
     let began = Instant::now();
-    let db = TestDb::create(&server, "crash").await;
     let client = db.client().await;
     // The children create it too; the test reads it before the first one
     // is up.
@@ -723,7 +637,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
     let cluster = TestCluster::start();
     let topic = cluster.topic("pg-crash", CRASH_PARTITIONS).await;
     let group = unique("g-pg-crash");
-    let ids = produce_orders(cluster.producer(), &topic, CRASH_PARTITIONS, CRASH_RECORDS).await;
+    let ids = produce_orders(&cluster, &topic, CRASH_PARTITIONS, CRASH_RECORDS).await;
     let high = cluster.high_watermarks(&topic, CRASH_PARTITIONS).await;
     assert_eq!(high.iter().sum::<i64>(), CRASH_RECORDS as i64);
     let seed = std::env::var("FRESH_PG_SEED")
@@ -746,7 +660,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
         // The children alternate per-record and batched transactions.
         let batch = if i % 2 == 0 { 1 } else { CHILD_BATCH_MAX };
         let before = processed(&client, &topic).await;
-        let mut child = ChildProcess::spawn(
+        let mut child = ChildSink::spawn(
             format!("child-{}", i + 1),
             &dir,
             &cluster,
@@ -761,16 +675,14 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
             Duration::from_secs(60),
             &format!("child {} wrote {target} keys", i + 1),
             || {
-                child.assert_running();
+                child.process.assert_running();
                 let client = &client;
                 let topic = &topic;
                 async move { processed(client, topic).await >= target }
             },
         )
         .await;
-        child.child.kill().expect("SIGKILL");
-        let status = child.child.wait().expect("reap");
-        assert!(!status.success(), "the child was not killed: {status}");
+        child.process.kill();
         // Read after the kill: the dead process commits nothing more.
         let committed = cluster.committed(&group, &topic, CRASH_PARTITIONS).await;
         let written = processed(&client, &topic).await;
@@ -796,7 +708,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
     }
 
     // The last child runs to the end and stops cleanly.
-    let mut last = ChildProcess::spawn(
+    let mut last = ChildSink::spawn(
         "child-4".into(),
         &dir,
         &cluster,
@@ -809,7 +721,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
         Duration::from_secs(90),
         "every record written and committed",
         || {
-            last.assert_running();
+            last.process.assert_running();
             let (client, topic, cluster, group, high) = (&client, &topic, &cluster, &group, &high);
             async move {
                 processed(client, topic).await == CRASH_RECORDS as i64
@@ -818,13 +730,7 @@ async fn fifty_thousand_records_three_kills_each_order_once() {
         },
     )
     .await;
-    drop(last.child.stdin.take());
-    wait_until(Duration::from_secs(20), "the last child exited", || {
-        let exited = last.child.try_wait().expect("try_wait").is_some();
-        async move { exited }
-    })
-    .await;
-    let status = last.child.wait().expect("last child status");
+    let status = last.process.stop().await;
     assert!(status.success(), "the last child failed: {status}");
     let (w, d, t) = read_stats(&last.stats);
     duplicates += d;
@@ -945,13 +851,14 @@ fn mean_process(points: &[Point]) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_database_shows_as_lagging_not_stalled_and_catches_up() {
-    let Some(server) = database_url("a_slow_database_shows_as_lagging_not_stalled_and_catches_up")
+    let Some(db) = TestDb::for_test(
+        "a_slow_database_shows_as_lagging_not_stalled_and_catches_up",
+        "slow",
+    )
+    .await
     else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    logs::init();
-    let db = TestDb::create(&server, "slow").await;
     let sink = PostgresSink::connect(&db.url, SLOW_PARTITIONS as usize, Transactions::PerRecord)
         .await
         .expect("sink");
@@ -1165,21 +1072,21 @@ const AWAY_FOR: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_database_is_away_nothing_is_committed_past_and_nothing_lost() {
-    let Some(server) =
-        database_url("while_the_database_is_away_nothing_is_committed_past_and_nothing_lost")
+    let Some(db) = TestDb::for_test(
+        "while_the_database_is_away_nothing_is_committed_past_and_nothing_lost",
+        "away",
+    )
+    .await
     else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    logs::init();
-    let db = TestDb::create(&server, "away").await;
     let sink = PostgresSink::connect(&db.url, AWAY_PARTITIONS as usize, Transactions::PerRecord)
         .await
         .expect("sink");
     // The test's own connection to the database survives the outage: it
     // reads what was written while the consumer cannot.
     let client = db.client().await;
-    let admin = connect(&server).await;
+    let admin = connect(&db.server).await;
     let cluster = TestCluster::start();
     let topic = cluster.topic("pg-away", AWAY_PARTITIONS).await;
     let group = unique("g-pg-away");

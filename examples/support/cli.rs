@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::error::Error;
+use std::ops::Deref;
 use std::process::ExitCode;
 
 /// The command line parsed by `parse`, or, when it fails, its message on
@@ -19,6 +20,15 @@ pub fn args_or_exit<A>(program: &str, parse: impl FnOnce() -> Result<A, String>)
     })
 }
 
+/// The number after `flag` on the command line (`value` is the argument
+/// that followed it, if any), or the message `{flag} needs a number`.
+pub fn number(flag: &str, value: Option<String>) -> Result<u64, String> {
+    value
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} needs a number"))
+}
+
 /// Prints a run's error with its causes on stderr, as
 /// `program: outer: inner: innermost`, and returns exit status 1.
 pub fn failed(program: &str, error: &dyn Error) -> ExitCode {
@@ -26,8 +36,25 @@ pub fn failed(program: &str, error: &dyn Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// A run's exit status: 0 when `result` is `Ok`, else [`failed`]'s (the
+/// error on stderr, status 1). Takes `Box<dyn Error>` and
+/// `Box<dyn Error + Send + Sync>` alike.
+pub fn exit_status<E>(program: &str, result: Result<(), E>) -> ExitCode
+where
+    E: Deref,
+    E::Target: Error,
+{
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {}", chain(&*error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// An error and its sources, `outer: inner: innermost`.
-pub fn chain(error: &dyn Error) -> String {
+pub fn chain(error: &(impl Error + ?Sized)) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

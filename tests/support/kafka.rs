@@ -16,10 +16,11 @@ use super::wait::{WAIT, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::ToBytes;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{
-    BaseProducer, DefaultProducerContext, FutureProducer, FutureRecord, Producer,
+    BaseProducer, DefaultProducerContext, DeliveryFuture, FutureProducer, FutureRecord, Producer,
 };
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -70,6 +71,14 @@ pub fn fast_consumer<H: Handler>(
         .retry_backoff(Duration::from_millis(10), Duration::from_millis(100))
         .revoke_timeout(Duration::from_secs(2))
         .shutdown_timeout(Duration::from_secs(10))
+}
+
+/// Waits for the acknowledgement of every record in `pending` (from
+/// [`TestCluster::enqueue`]); panics when one failed.
+pub async fn acked(pending: impl IntoIterator<Item = DeliveryFuture>) {
+    for f in pending {
+        f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
+    }
 }
 
 pub fn tp(topic: &str, partition: i32) -> TopicPartition {
@@ -205,6 +214,19 @@ impl TestCluster {
             .await
     }
 
+    /// Hands `record` to the producer without waiting for its
+    /// acknowledgement; wait for it with [`acked`].
+    pub fn enqueue<K, P>(&self, record: FutureRecord<'_, K, P>) -> DeliveryFuture
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        self.producer
+            .send_result(record)
+            .map_err(|(e, _)| e)
+            .expect("enqueue")
+    }
+
     /// Produces `per_partition` records to each of `partitions` partitions
     /// (payload `p{partition}-{i}`), all acknowledged on return.
     pub async fn produce_many(&self, topic: &str, partitions: i32, per_partition: usize) {
@@ -213,26 +235,55 @@ impl TestCluster {
             for i in 0..per_partition {
                 let payload = format!("p{p}-{i}");
                 let key = format!("k{i}");
-                let r = FutureRecord::to(topic)
-                    .partition(p)
-                    .key(&key)
-                    .payload(&payload);
                 futures.push(
-                    self.producer
-                        .send_result(r)
-                        .map_err(|(e, _)| e)
-                        .expect("enqueue"),
+                    self.enqueue(
+                        FutureRecord::to(topic)
+                            .partition(p)
+                            .key(&key)
+                            .payload(&payload),
+                    ),
                 );
             }
             if futures.len() > 50_000 {
-                for f in futures.drain(..) {
-                    f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-                }
+                acked(futures.drain(..)).await;
             }
         }
-        for f in futures {
-            f.await.expect("delivery").map_err(|(e, _)| e).expect("ack");
-        }
+        acked(futures).await;
+    }
+
+    /// Produces `n` records of `size` bytes (keys `bulk-{i}`) to one
+    /// partition, all acknowledged on return.
+    pub async fn produce_bulk(&self, topic: &str, partition: i32, n: usize, size: usize) {
+        let payload = vec![b'x'; size];
+        let futures: Vec<_> = (0..n)
+            .map(|i| {
+                let key = format!("bulk-{i}");
+                self.enqueue(
+                    FutureRecord::to(topic)
+                        .partition(partition)
+                        .key(&key)
+                        .payload(&payload[..]),
+                )
+            })
+            .collect();
+        acked(futures).await;
+    }
+
+    /// Commits `offset` for `partition` in `group`, as a member of the group
+    /// would.
+    pub async fn commit_offset(&self, group: &str, topic: &str, partition: i32, offset: i64) {
+        let committer = self.offset_reader(group, topic, partition + 1);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            .unwrap();
+        tokio::task::spawn_blocking(move || {
+            committer
+                .consumer
+                .commit(&tpl, CommitMode::Sync)
+                .expect("commit")
+        })
+        .await
+        .expect("commit task");
     }
 
     /// The group's committed offsets (next offset to read; -1001 when none)

@@ -1,6 +1,7 @@
 //! What the test binaries share. Each binary declares `mod support;` and
 //! uses what it needs (hence `#![allow(dead_code)]` in each module).
 
+pub mod child;
 pub mod handled;
 pub mod kafka;
 pub mod logs;
