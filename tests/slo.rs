@@ -12,6 +12,7 @@ use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{FreshnessObjective, Record};
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
+use support::metrics::{partition_attrs, with};
 use support::otlp_receiver::{OtlpReceiver, attrs, histogram_points, sum_total_matching};
 use support::run::start;
 use support::wait::wait_until;
@@ -140,4 +141,46 @@ fn invalid_objectives_are_config_errors() {
             })
         ));
     }
+}
+
+/// Before any record, each objective's results are exported at 0 for every
+/// assigned partition it applies to, so `good / (good + late)` reads 0
+/// instead of empty (issue 17, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objectives_export_zero_points_on_assignment() {
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("slo-zero", 2).await;
+    let receiver = OtlpReceiver::start().await;
+    let provider = OtlpConfig::new()
+        .with_endpoint(receiver.endpoint())
+        .with_export_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let consumer = cluster
+        .consumer(&group, &topic, |_r: Record| {
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        })
+        .freshness_objective(FreshnessObjective::new(Duration::from_secs(30), 0.99))
+        .meter_provider(&provider);
+    let run = start(consumer);
+    let wanted = |p: i32, result: &str| {
+        with(
+            &partition_attrs(&topic, p, &group),
+            &[(SLO_THRESHOLD, "30"), (SLO_RESULT, result)],
+        )
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "zero points for every result on both partitions",
+        || async {
+            [0, 1].into_iter().all(|p| {
+                ["good", "late", "dead_lettered", "skipped", "no_timestamp"]
+                    .into_iter()
+                    .all(|r| receiver.point(SLO_MESSAGES, &wanted(p, r)) == Some(0.0))
+            })
+        },
+    )
+    .await;
+    run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
 }

@@ -256,6 +256,12 @@ impl Instruments {
                             ]),
                         )
                     });
+                    // Every result exists from the assignment on, at 0:
+                    // `good / (good + late)` then reads 0, not empty, before
+                    // the first good record.
+                    for counter in &attrs {
+                        counter.get().add(0);
+                    }
                     SloAttrs {
                         index,
                         threshold_s: o.threshold_s,

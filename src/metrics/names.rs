@@ -416,7 +416,10 @@ pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
 /// applies to its topic: `good` when its event age was at most the threshold
 /// (inclusive), `late` otherwise, `no_timestamp` without a usable event
 /// time. Dead-lettered and skipped records count as `dead_lettered` and
-/// `skipped`. A record redelivered after a rebalance counts again.
+/// `skipped`. A record redelivered after a rebalance counts again. Every
+/// result is exported at 0 from the partition's assignment on, so a ratio
+/// such as `good / (good + late)` reads 0, not empty, before the first good
+/// record.
 pub const SLO_MESSAGES: &str = "fresh_consumer.slo.messages";
 
 /// Attribute `fresh_consumer.slo.threshold`: the objective's threshold in
