@@ -293,6 +293,7 @@ impl Settings {
             &mut cc,
             prop("auto.offset.reset"),
             prop("statistics.interval.ms"),
+            prop("isolation.level"),
         )?;
         // Let librdkafka parse every property now, before any client exists.
         cc.create_native_config().map_err(redact_config_error)?;

@@ -687,6 +687,27 @@ mod tests {
     }
 
     #[test]
+    fn lag_counts_to_the_last_stable_offset_unless_read_uncommitted() {
+        let read_committed = |c: FreshConsumer<()>| {
+            c.bootstrap_servers("b:1")
+                .group_id("g")
+                .topics(["t"])
+                .settings
+                .validate()
+                .unwrap()
+                .health
+                .read_committed
+        };
+        assert!(read_committed(FreshConsumer::new(())));
+        assert!(read_committed(
+            FreshConsumer::new(()).set("isolation.level", "read_committed")
+        ));
+        assert!(!read_committed(
+            FreshConsumer::new(()).set("isolation.level", "read_uncommitted")
+        ));
+    }
+
+    #[test]
     fn options_are_validated() {
         let base = || {
             FreshConsumer::new(())

@@ -1,7 +1,8 @@
 //! librdkafka's statistics (`statistics.interval.ms`), as the health signals
 //! use them: per assigned partition the log start offset (`lo_offset`), the
-//! high watermark (`hi_offset`), librdkafka's committed offset and fetch
-//! state; per group the state and rebalance count.
+//! high watermark (`hi_offset`), the last stable offset (`ls_offset`, the
+//! end lag counts to under `read_committed`), librdkafka's committed offset
+//! and fetch state; per group the state and rebalance count.
 //!
 //! Freshness: librdkafka emits a report every `statistics.interval.ms`, and
 //! rdkafka hands it over only from inside a poll of the consumer; the poll
@@ -27,6 +28,8 @@ pub(crate) fn ingest(
 ) {
     let now = Instant::now();
     let mut stopped = Vec::new();
+    // Under read_committed the consumer reads to the last stable offset.
+    let read_committed = health.config().is_none_or(|c| c.read_committed);
     for state in assignment.assigned() {
         let Some(p) = statistics
             .topics
@@ -36,11 +39,17 @@ pub(crate) fn ingest(
             continue;
         };
         let is_stopped = p.fetch_state == "none";
+        let end = if read_committed {
+            p.ls_offset
+        } else {
+            p.hi_offset
+        };
         let mut s = state.health.stats.lock().unwrap_or_else(|e| e.into_inner());
         s.update(
             now,
             p.lo_offset,
             p.hi_offset,
+            end,
             p.committed_offset,
             is_stopped,
         );

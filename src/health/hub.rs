@@ -59,6 +59,7 @@ impl HealthSettings {
         cc: &mut ClientConfig,
         user_reset: Option<&str>,
         user_statistics: Option<&str>,
+        user_isolation: Option<&str>,
     ) -> Result<HealthConfig, ConfigError> {
         let t = &self.thresholds;
         if [
@@ -105,6 +106,9 @@ impl HealthSettings {
             retention_policy: self.retention_policy,
             new_partitions,
             statistics_interval: (!interval.is_zero()).then_some(interval),
+            // librdkafka refuses values other than these two itself.
+            read_committed: !user_isolation
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("read_uncommitted")),
         })
     }
 }

@@ -123,7 +123,9 @@ struct Inputs {
     base: Option<i64>,
     /// The next offset after the contiguous completed run.
     processed: Option<i64>,
-    high_watermark: Option<i64>,
+    /// The end lag counts to: the last stable offset under
+    /// `read_committed`, else the high watermark.
+    end: Option<i64>,
     /// Not consumed by policy.
     failed: bool,
 }
@@ -160,8 +162,8 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judge
         (Some(a), Some(b)) => Some((a - b).max(0) as u64),
         _ => None,
     };
-    let lag = minus(i.high_watermark, i.base);
-    let processed_lag = minus(i.high_watermark, i.processed.or(i.base));
+    let lag = minus(i.end, i.base);
+    let processed_lag = minus(i.end, i.processed.or(i.base));
     let waiting = lag.is_some_and(|l| l > 0);
     let lag_since = if waiting {
         Some(*tr.lag_since.get_or_insert(now))
@@ -242,10 +244,14 @@ pub(crate) fn evaluate_one(
     let mut st = lock(&h.stats);
     let committed = [own, known, st.committed()].into_iter().flatten().next();
     let base = committed.or_else(|| h.estimate());
-    let high_watermark = match (st.high_watermark(), position) {
+    let at_least = |known: Option<i64>| match (known, position) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
+    let high_watermark = at_least(st.high_watermark());
+    // Lag counts to what the consumer can read: the last stable offset
+    // under read_committed (records of open transactions are not lag).
+    let end = at_least(st.readable_end());
     let log_start = st.log_start();
     let head_age = match head {
         Some((_, event_ms)) => {
@@ -276,7 +282,7 @@ pub(crate) fn evaluate_one(
             committed,
             base,
             processed,
-            high_watermark,
+            end,
             failed: h.is_failed(),
         },
         now,
@@ -436,7 +442,7 @@ mod tests {
             committed: Some(committed),
             base: Some(committed),
             processed: Some(processed),
-            high_watermark: Some(hi),
+            end: Some(hi),
             failed: false,
         }
     }

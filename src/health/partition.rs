@@ -208,6 +208,12 @@ pub(crate) struct PartitionStats {
     pub(crate) lo: i64,
     /// High watermark (`hi_offset`), or a negative value when unknown.
     pub(crate) hi: i64,
+    /// The end the consumer reads to: the last stable offset (`ls_offset`)
+    /// under `isolation.level=read_committed` (librdkafka's default), the
+    /// high watermark otherwise; negative when unknown. Records between it
+    /// and the high watermark belong to open transactions: not readable,
+    /// so not lag.
+    end: i64,
     /// librdkafka's view of the group's committed offset
     /// (`committed_offset`), or a negative value when unknown.
     committed: i64,
@@ -227,6 +233,7 @@ impl Default for PartitionStats {
             at: None,
             lo: INVALID,
             hi: INVALID,
+            end: INVALID,
             committed: INVALID,
             fetch_stopped: 0,
             hi_seen: VecDeque::new(),
@@ -235,8 +242,17 @@ impl Default for PartitionStats {
 }
 
 impl PartitionStats {
-    /// Takes one report's values.
-    pub(crate) fn update(&mut self, at: Instant, lo: i64, hi: i64, committed: i64, stopped: bool) {
+    /// Takes one report's values; `end` is the readable end (see
+    /// [`PartitionStats::readable_end`]).
+    pub(crate) fn update(
+        &mut self,
+        at: Instant,
+        lo: i64,
+        hi: i64,
+        end: i64,
+        committed: i64,
+        stopped: bool,
+    ) {
         self.at = Some(at);
         self.lo = lo;
         self.committed = committed;
@@ -245,7 +261,7 @@ impl PartitionStats {
         } else {
             0
         };
-        self.observe_hi(at, hi);
+        self.observe(at, hi, end);
     }
 
     /// Seeds the watermarks queried when the partition was assigned, so the
@@ -253,23 +269,34 @@ impl PartitionStats {
     pub(crate) fn seed(&mut self, at: Instant, lo: i64, hi: i64) {
         if self.at.is_none() {
             self.lo = lo;
-            self.observe_hi(at, hi);
+            self.observe(at, hi, hi);
         }
     }
 
-    fn observe_hi(&mut self, at: Instant, hi: i64) {
+    fn observe(&mut self, at: Instant, hi: i64, end: i64) {
         if hi < 0 {
             return;
         }
         self.hi = hi;
-        if self.hi_seen.back().is_none_or(|&(_, last)| hi > last) {
+        // Without a last stable offset the high watermark is the end.
+        let end = if end >= 0 { end.min(hi) } else { hi };
+        self.end = end;
+        // Only readable records wait: the head-of-line age of records not
+        // fetched yet counts from when the readable end passed them.
+        if self.hi_seen.back().is_none_or(|&(_, last)| end > last) {
             if self.hi_seen.len() == HI_HISTORY {
                 // Dropping the oldest observation only makes the age a
                 // smaller lower bound.
                 self.hi_seen.pop_front();
             }
-            self.hi_seen.push_back((at, hi));
+            self.hi_seen.push_back((at, end));
         }
+    }
+
+    /// The end the consumer reads to, if known: the last stable offset
+    /// under `read_committed`, else the high watermark. Lag counts to it.
+    pub(crate) fn readable_end(&self) -> Option<i64> {
+        (self.end >= 0).then_some(self.end)
     }
 
     /// librdkafka's committed offset, if known.
@@ -310,16 +337,16 @@ mod tests {
         let t = |s| t0 + Duration::from_secs(s);
         let mut s = PartitionStats::default();
         assert_eq!(s.known_since(0), None);
-        s.update(t(1), 0, 10, INVALID, false);
-        s.update(t(2), 0, 10, INVALID, false);
-        s.update(t(3), 0, 15, INVALID, false);
-        s.update(t(4), 0, 20, INVALID, false);
+        s.update(t(1), 0, 10, 10, INVALID, false);
+        s.update(t(2), 0, 10, 10, INVALID, false);
+        s.update(t(3), 0, 15, 15, INVALID, false);
+        s.update(t(4), 0, 20, 20, INVALID, false);
         assert_eq!(s.known_since(5), Some(t(1)));
         assert_eq!(s.known_since(12), Some(t(3)));
         assert_eq!(s.known_since(19), Some(t(4)));
         assert_eq!(s.known_since(20), None, "caught up with what is known");
         // Forgotten below the position; new observations keep coming.
-        s.update(t(5), 0, 25, INVALID, false);
+        s.update(t(5), 0, 25, 25, INVALID, false);
         assert_eq!(s.known_since(20), Some(t(5)));
         assert_eq!(s.high_watermark(), Some(25));
     }
@@ -328,10 +355,10 @@ mod tests {
     fn fetch_stopped_counts_consecutive_reports() {
         let now = Instant::now();
         let mut s = PartitionStats::default();
-        s.update(now, 0, 1, 0, true);
-        s.update(now, 0, 1, 0, true);
+        s.update(now, 0, 1, 1, 0, true);
+        s.update(now, 0, 1, 1, 0, true);
         assert_eq!(s.fetch_stopped, 2);
-        s.update(now, 0, 1, 0, false);
+        s.update(now, 0, 1, 1, 0, false);
         assert_eq!(s.fetch_stopped, 0);
     }
 
@@ -342,8 +369,23 @@ mod tests {
         assert_eq!(s.high_watermark(), None);
         s.seed(now, 5, 50);
         assert_eq!((s.log_start(), s.high_watermark()), (Some(5), Some(50)));
-        s.update(now, 7, 60, 10, false);
+        s.update(now, 7, 60, 60, 10, false);
         s.seed(now, 1, 2);
         assert_eq!((s.log_start(), s.high_watermark()), (Some(7), Some(60)));
+    }
+
+    #[test]
+    fn lag_counts_to_the_last_stable_offset() {
+        let now = Instant::now();
+        let mut s = PartitionStats::default();
+        // 10 committed records, 5 of an open transaction above them.
+        s.update(now, 0, 15, 10, INVALID, false);
+        assert_eq!(s.high_watermark(), Some(15));
+        assert_eq!(s.readable_end(), Some(10));
+        assert_eq!(s.known_since(10), None, "nothing readable beyond 10");
+        // Unknown last stable offset: the high watermark is the end.
+        s.update(now, 0, 16, INVALID, INVALID, false);
+        assert_eq!(s.readable_end(), Some(16));
+        assert_eq!(s.known_since(10), Some(now));
     }
 }

@@ -142,6 +142,9 @@ pub(crate) struct HealthConfig {
     pub(crate) new_partitions: NewPartitionStart,
     /// `None` when statistics are off.
     pub(crate) statistics_interval: Option<Duration>,
+    /// `isolation.level=read_committed` (librdkafka's default): lag counts
+    /// to the last stable offset, not the high watermark.
+    pub(crate) read_committed: bool,
 }
 
 /// Where a partition without a committed offset starts: the user's

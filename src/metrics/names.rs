@@ -161,8 +161,8 @@ pub const STORM_GUARD_ACTIVE: &str = "fresh_consumer.storm_guard.active";
 // gauges are observed at each collection, and only for partitions assigned
 // to this member at that moment.
 
-/// Offset lag of an assigned partition, in records: the high watermark
-/// minus the committed offset ([`LAG_POSITION`] = `committed`, what Kafka's
+/// Offset lag of an assigned partition, in records: the end the consumer
+/// reads to (see below) minus the committed offset ([`LAG_POSITION`] = `committed`, what Kafka's
 /// tools show), and minus the library's processed offset, the next offset
 /// after the contiguous run of completed records ([`LAG_POSITION`] =
 /// `processed`, what the next commit will carry). Never summed by the
@@ -172,10 +172,14 @@ pub const STORM_GUARD_ACTIVE: &str = "fresh_consumer.storm_guard.active";
 /// |---|---|---|
 /// | gauge (i64) | `{message}` | partition attributes, [`LAG_POSITION`] |
 ///
-/// The high watermark comes from librdkafka's statistics (`hi_offset`, as
-/// old as [`statistics_interval`](crate::FreshConsumer::statistics_interval)
-/// plus a poll tick, and older while the partition is paused by
-/// backpressure), or from the consumer's own position when that is ahead.
+/// The end counted to is the last stable offset under
+/// `isolation.level=read_committed` (librdkafka's default: records of open
+/// transactions cannot be read, so they are not lag) and the high watermark
+/// under `read_uncommitted`. Both come from librdkafka's statistics
+/// (`ls_offset`, `hi_offset`; as old as
+/// [`statistics_interval`](crate::FreshConsumer::statistics_interval) plus a
+/// poll tick, and older while the partition is paused by backpressure), or
+/// from the consumer's own position when that is ahead.
 /// Before this member's first commit the committed offset is the one read
 /// at assignment; for a partition the group has no offset for, the lag is
 /// counted from where consumption started.
