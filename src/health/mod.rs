@@ -34,6 +34,12 @@
 //!   [`RetentionOverrunPolicy::Fail`].
 //! - [`PartitionStatus::Rewind`]: the committed offset went backwards within
 //!   the last [`HealthThresholds::lag_growth_window`].
+//!
+//! A partition the rules above call `ok` but that carries a reason (a
+//! retention overrun resumed by policy, a record blocking it, no success
+//! while records wait) reports `warn`, or `stall` when the reason makes it
+//! unhealthy: the status and its reasons always agree, in the snapshot and
+//! in [`PARTITION_STATUS`](crate::metrics::PARTITION_STATUS).
 
 mod gauges;
 pub(crate) mod hub;
