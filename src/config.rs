@@ -294,6 +294,7 @@ impl Settings {
             prop("auto.offset.reset"),
             prop("statistics.interval.ms"),
             prop("isolation.level"),
+            self.commit_interval,
         )?;
         // Let librdkafka parse every property now, before any client exists.
         cc.create_native_config().map_err(redact_config_error)?;

@@ -254,9 +254,12 @@ async fn a_hot_partition_carries_the_lag_and_does_not_hold_back_the_others() {
 // ---------------------------------------------------------------------------
 
 /// Records arrive at about 40/s. With a 1 ms handler the head age stays
-/// small; raised to 50 ms (20/s) a backlog forms: the head age rises past a
+/// small; raised to 100 ms (10/s) a backlog forms: the head age rises past a
 /// second and the batch duration over the wire with it, while the poll
-/// interval stays flat (the poll loop never waits for handlers).
+/// interval stays flat (the poll loop never waits for handlers). The lag
+/// grows by about 30 records/s, well beyond the noise allowance (commit
+/// interval 250 ms + statistics interval 250 ms + 0.5 s = 40 records), so
+/// the partition is `warn` within a 3 s window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval() {
     let (receiver, provider) = wire().await;
@@ -276,8 +279,10 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
         cluster
             .consumer(&group, &topic, handler)
             .health_thresholds(
-                HealthThresholds::default().with_lag_growth_window(Duration::from_millis(1_500)),
+                HealthThresholds::default().with_lag_growth_window(Duration::from_secs(3)),
             )
+            .commit_interval(Duration::from_millis(250))
+            .statistics_interval(Duration::from_millis(250))
             .meter_provider(&provider),
     );
     // The producer: one record every 25 ms, stamped now.
@@ -323,8 +328,8 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
     .await;
     let (fast, warned_fast) = watch(Instant::now(), Duration::from_secs(2)).await;
     let batch_fast = batch_max(&receiver, &p0);
-    latency_ms.store(50, Ordering::Relaxed);
-    let (slow, warned_slow) = watch(Instant::now(), Duration::from_secs(3)).await;
+    latency_ms.store(100, Ordering::Relaxed);
+    let (slow, warned_slow) = watch(Instant::now(), Duration::from_secs(5)).await;
     // Back to fast: the backlog drains and its batch ends.
     latency_ms.store(1, Ordering::Relaxed);
     wait_snapshot(&run.health, WAIT, "the backlog drained", |s| {
@@ -341,7 +346,7 @@ async fn a_slow_dependency_raises_head_age_and_batch_duration_not_poll_interval(
     let batch_slow = batch_max(&receiver, &p0);
     let gaps = poll_max(&receiver, &group);
     eprintln!(
-        "produced {produced}; head age max: 1 ms handler {fast:?}, 50 ms handler {slow:?}; \
+        "produced {produced}; head age max: 1 ms handler {fast:?}, 100 ms handler {slow:?}; \
          batch max before {batch_fast:.3} s, after {batch_slow:.3} s; poll gap max {gaps:.3} s; \
          WARN seen: fast {warned_fast}, slow {warned_slow}"
     );

@@ -103,7 +103,7 @@ impl HealthInstruments {
             meter
                 .f64_observable_gauge(PARTITION_STALLED_DURATION)
                 .with_unit("s")
-                .with_description("Time since the committed offset last advanced while the lag is above zero; 0 otherwise.")
+                .with_description("Time the partition has been held up while records wait: since the committed offset or the processed position last moved, or completed records began to wait for a commit; 0 otherwise.")
                 .with_callback(move |o| {
                     each(
                         &hub,

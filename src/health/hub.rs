@@ -13,7 +13,7 @@ use opentelemetry::metrics::Meter;
 
 use crate::error::ConfigError;
 use crate::health::gauges::{HealthInstruments, Observed};
-use crate::health::judge::{Evaluated, Track, evaluate_one};
+use crate::health::judge::{Evaluated, Track, evaluate_one, noise_allowance};
 use crate::health::partition::{AnomalyKind, lock};
 use crate::health::report::*;
 use crate::health::thresholds::{
@@ -60,6 +60,7 @@ impl HealthSettings {
         user_reset: Option<&str>,
         user_statistics: Option<&str>,
         user_isolation: Option<&str>,
+        commit_interval: Duration,
     ) -> Result<HealthConfig, ConfigError> {
         let t = &self.thresholds;
         if [
@@ -106,6 +107,7 @@ impl HealthSettings {
             retention_policy: self.retention_policy,
             new_partitions,
             statistics_interval: (!interval.is_zero()).then_some(interval),
+            commit_interval,
             // librdkafka refuses values other than these two itself.
             read_committed: !user_isolation
                 .is_some_and(|v| v.trim().eq_ignore_ascii_case("read_uncommitted")),
@@ -351,13 +353,14 @@ impl HealthHub {
             return Vec::new();
         };
         let t = &run.config.thresholds;
+        let noise = noise_allowance(run.config.commit_interval, run.config.statistics_interval);
         let now = Instant::now();
         let wall = SystemTime::now();
         let states = engine.partitions();
         let mut tracks = lock(&self.tracks);
         let out = states
             .into_iter()
-            .map(|s| evaluate_one(&mut tracks, s, now, wall, t))
+            .map(|s| evaluate_one(&mut tracks, s, now, wall, t, noise))
             .collect();
         let keep = 2 * t.stall_after.max(t.report_events_for);
         tracks.retain(|_, tr| now.saturating_duration_since(tr.last_seen) < keep);

@@ -19,6 +19,8 @@ struct Sample {
     at: Instant,
     committed: i64,
     lag: u64,
+    /// The end the lag counts to (for the arrival rate).
+    end: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +37,12 @@ pub(crate) struct Track {
     assignment: usize,
     committed: Option<i64>,
     last_advance: Instant,
+    /// The processed position last evaluated, and when it last advanced.
+    processed: Option<i64>,
+    last_progress: Instant,
+    /// Since when completed records have waited for a commit (the processed
+    /// position above the committed offset).
+    ahead_since: Option<Instant>,
     lag_since: Option<Instant>,
     samples: VecDeque<Sample>,
     rewind: Option<RewindEvent>,
@@ -47,6 +55,9 @@ impl Track {
             assignment,
             committed: None,
             last_advance: now,
+            processed: None,
+            last_progress: now,
+            ahead_since: None,
             lag_since: None,
             samples: VecDeque::new(),
             rewind: None,
@@ -68,15 +79,19 @@ impl Track {
 
     /// Samples the lag every eighth of the window; returns `(first lag, last
     /// lag, window)` when over a full window the lag grew at every sample
-    /// while the committed offset advanced.
+    /// while the committed offset advanced (Burrow's rule), and grew by
+    /// more than the records that arrived in `noise` (see
+    /// [`noise_allowance`]).
     fn growth(
         &mut self,
         now: Instant,
         committed: Option<i64>,
+        end: Option<i64>,
         lag: Option<u64>,
         window: Duration,
+        noise: Duration,
     ) -> Option<(u64, u64, Duration)> {
-        let (Some(committed), Some(lag)) = (committed, lag) else {
+        let (Some(committed), Some(end), Some(lag)) = (committed, end, lag) else {
             self.samples.clear();
             return None;
         };
@@ -90,6 +105,7 @@ impl Track {
                 at: now,
                 committed,
                 lag,
+                end,
             });
         }
         while self.samples.len() > 1 && now.saturating_duration_since(self.samples[1].at) >= window
@@ -97,7 +113,8 @@ impl Track {
             self.samples.pop_front();
         }
         let (first, last) = (*self.samples.front()?, *self.samples.back()?);
-        if self.samples.len() < 3 || now.saturating_duration_since(first.at) < window {
+        let over = now.saturating_duration_since(first.at);
+        if self.samples.len() < 3 || over < window {
             return None;
         }
         let rising = self
@@ -105,12 +122,40 @@ impl Track {
             .iter()
             .zip(self.samples.iter().skip(1))
             .all(|(a, b)| b.lag >= a.lag);
+        // Records per second that arrived over the window; the growth a
+        // consumer keeping up shows between two samples is at most what
+        // arrives in `noise`.
+        let sampled = last.at.saturating_duration_since(first.at).as_secs_f64();
+        let rate = if sampled > 0.0 {
+            (last.end - first.end).max(0) as f64 / sampled
+        } else {
+            0.0
+        };
+        let floor = rate * noise.as_secs_f64();
         let grew = self.samples.iter().all(|s| s.lag > 0)
             && rising
             && last.lag > first.lag
+            && (last.lag - first.lag) as f64 > floor
             && last.committed > first.committed;
-        grew.then(|| (first.lag, last.lag, now.saturating_duration_since(first.at)))
+        grew.then_some((first.lag, last.lag, over))
     }
+}
+
+/// Fetching slack beyond the commit and statistics intervals: librdkafka's
+/// default `fetch.wait.max.ms` (500 ms).
+const FETCH_ALLOWANCE: Duration = Duration::from_millis(500);
+
+/// How far the sampled committed lag of a consumer that keeps up moves on
+/// its own, as a time: the committed offset trails the processed position
+/// by up to one commit interval, the high watermark read from statistics
+/// is up to one statistics interval old, and records wait up to
+/// [`FETCH_ALLOWANCE`] to be fetched. Lag growth of fewer records than
+/// arrive in this time is noise, not a consumer falling behind.
+pub(crate) fn noise_allowance(
+    commit_interval: Duration,
+    statistics_interval: Option<Duration>,
+) -> Duration {
+    commit_interval + statistics_interval.unwrap_or_default() + FETCH_ALLOWANCE
 }
 
 /// What the evaluation of one partition needs.
@@ -142,7 +187,17 @@ pub(crate) struct Judged {
 }
 
 /// The status rules (see the module documentation).
-fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judged {
+///
+/// - **stall**: records wait (lag above zero) and neither the committed
+///   offset nor the processed position moved for `stall_after`;
+/// - **stop**: completed records waited for a commit for `stall_after`
+///   (the processed position above the committed offset all that time,
+///   the committed offset frozen). A handler that was stuck and returned
+///   makes progress: the commit that follows within the commit interval
+///   ends it, and nothing is reported meanwhile;
+/// - **warn**: the lag grew over the window by more than `noise` of
+///   traffic explains (see [`Track::growth`]).
+fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds, noise: Duration) -> Judged {
     if let Some(c) = i.committed {
         match tr.committed {
             Some(prev) if c > prev => tr.last_advance = now,
@@ -158,6 +213,19 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judge
         }
         tr.committed = Some(c);
     }
+    if let Some(p) = i.processed {
+        if tr.processed.is_some_and(|prev| p != prev) {
+            tr.last_progress = now;
+        }
+        tr.processed = Some(p);
+    }
+    let ahead = matches!((i.processed, i.base), (Some(p), Some(b)) if p > b);
+    let ahead_since = if ahead {
+        Some(*tr.ahead_since.get_or_insert(now))
+    } else {
+        tr.ahead_since = None;
+        None
+    };
     let minus = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (Some(a), Some(b)) => Some((a - b).max(0) as u64),
         _ => None,
@@ -171,11 +239,21 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judge
         tr.lag_since = None;
         None
     };
-    let stalled_for = match lag_since {
-        Some(since) => now.saturating_duration_since(since.max(tr.last_advance)),
+    // Completed records not committed: since they began to wait (or the
+    // last commit, if later).
+    let uncommitted_for = match (lag_since, ahead_since) {
+        (Some(_), Some(since)) => now.saturating_duration_since(since.max(tr.last_advance)),
+        _ => Duration::ZERO,
+    };
+    // Nothing moves at all: no commit, no record completed.
+    let frozen_for = match lag_since {
+        Some(since) => {
+            now.saturating_duration_since(since.max(tr.last_advance).max(tr.last_progress))
+        }
         None => Duration::ZERO,
     };
-    let growth = tr.growth(now, i.base, lag, t.lag_growth_window);
+    let stalled_for = uncommitted_for.max(frozen_for);
+    let growth = tr.growth(now, i.base, i.end, lag, t.lag_growth_window, noise);
     let rewind = tr
         .rewind
         .filter(|r| now.saturating_duration_since(r.at) < t.lag_growth_window);
@@ -183,12 +261,10 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds) -> Judge
         PartitionStatus::Stop
     } else if rewind.is_some() {
         PartitionStatus::Rewind
-    } else if stalled_for >= t.stall_after {
-        if matches!((i.processed, i.base), (Some(p), Some(b)) if p > b) {
-            PartitionStatus::Stop
-        } else {
-            PartitionStatus::Stall
-        }
+    } else if uncommitted_for >= t.stall_after {
+        PartitionStatus::Stop
+    } else if frozen_for >= t.stall_after {
+        PartitionStatus::Stall
     } else if growth.is_some() {
         PartitionStatus::Warn
     } else {
@@ -232,6 +308,7 @@ pub(crate) fn evaluate_one(
     now: Instant,
     wall: SystemTime,
     t: &HealthThresholds,
+    noise: Duration,
 ) -> Evaluated {
     let h = view.health();
     let Progress {
@@ -287,6 +364,7 @@ pub(crate) fn evaluate_one(
         },
         now,
         t,
+        noise,
     );
     let last_success = h.last_success();
     let no_success_for = match judged.lag_since {
@@ -431,6 +509,8 @@ impl Evaluated {
 mod tests {
     use super::*;
 
+    const NOISE: Duration = Duration::from_millis(2_500);
+
     fn t() -> HealthThresholds {
         HealthThresholds::default()
             .with_stall_after(Duration::from_secs(10))
@@ -457,6 +537,7 @@ mod tests {
                 inputs(50, 50, 50),
                 t0 + Duration::from_secs(s),
                 &t(),
+                NOISE,
             );
             assert_eq!(j.status, PartitionStatus::Ok);
             assert_eq!(j.lag, Some(0));
@@ -470,22 +551,22 @@ mod tests {
         let mut tr = Track::new(t0, 1);
         let at = |s| t0 + Duration::from_secs(s);
         assert_eq!(
-            judge(&mut tr, inputs(10, 10, 10), at(0), &t()).status,
+            judge(&mut tr, inputs(10, 10, 10), at(0), &t(), NOISE).status,
             PartitionStatus::Ok
         );
         // Records arrive at t=5; the head fails and nothing completes.
-        let j = judge(&mut tr, inputs(10, 10, 20), at(5), &t());
+        let j = judge(&mut tr, inputs(10, 10, 20), at(5), &t(), NOISE);
         assert_eq!(
             (j.status, j.lag, j.stalled_for),
             (PartitionStatus::Ok, Some(10), Duration::ZERO)
         );
-        let j = judge(&mut tr, inputs(10, 10, 20), at(14), &t());
+        let j = judge(&mut tr, inputs(10, 10, 20), at(14), &t(), NOISE);
         assert_eq!(j.status, PartitionStatus::Ok);
         assert_eq!(j.stalled_for, Duration::from_secs(9));
-        let j = judge(&mut tr, inputs(10, 10, 20), at(15), &t());
+        let j = judge(&mut tr, inputs(10, 10, 20), at(15), &t(), NOISE);
         assert_eq!(j.status, PartitionStatus::Stall);
         // It recovers as soon as the commit advances.
-        let j = judge(&mut tr, inputs(15, 15, 20), at(16), &t());
+        let j = judge(&mut tr, inputs(15, 15, 20), at(16), &t(), NOISE);
         assert_eq!(
             (j.status, j.stalled_for),
             (PartitionStatus::Ok, Duration::ZERO)
@@ -496,24 +577,81 @@ mod tests {
     fn processed_but_not_committed_is_stop() {
         let t0 = Instant::now();
         let mut tr = Track::new(t0, 1);
-        judge(&mut tr, inputs(10, 10, 30), t0, &t());
-        let j = judge(
-            &mut tr,
-            inputs(10, 25, 30),
-            t0 + Duration::from_secs(11),
-            &t(),
-        );
+        let at = |s| t0 + Duration::from_secs(s);
+        judge(&mut tr, inputs(10, 10, 30), at(0), &t(), NOISE);
+        // Records complete at t=1 and are never committed.
+        let j = judge(&mut tr, inputs(10, 25, 30), at(1), &t(), NOISE);
+        assert_eq!(j.status, PartitionStatus::Ok);
+        let j = judge(&mut tr, inputs(10, 25, 30), at(10), &t(), NOISE);
+        assert_eq!(j.status, PartitionStatus::Ok, "9 s of 10");
+        let j = judge(&mut tr, inputs(10, 25, 30), at(11), &t(), NOISE);
         assert_eq!(j.status, PartitionStatus::Stop);
+        assert_eq!(j.stalled_for, Duration::from_secs(10));
         assert_eq!(j.processed_lag, Some(5));
         assert_eq!(j.lag, Some(20));
+    }
+
+    #[test]
+    fn a_stuck_handler_that_returns_is_not_reported_until_its_commit() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let at = |s| t0 + Duration::from_secs(s);
+        judge(&mut tr, inputs(10, 10, 30), at(0), &t(), NOISE);
+        // The handler of offset 10 hangs for 75 s: stall.
+        let j = judge(&mut tr, inputs(10, 10, 40), at(75), &t(), NOISE);
+        assert_eq!(
+            (j.status, j.stalled_for),
+            (PartitionStatus::Stall, Duration::from_secs(75))
+        );
+        // It returns; the records behind it complete before the next commit.
+        let j = judge(
+            &mut tr,
+            inputs(10, 40, 40),
+            at(75) + Duration::from_millis(300),
+            &t(),
+            NOISE,
+        );
+        assert_eq!(
+            (j.status, j.stalled_for),
+            (PartitionStatus::Ok, Duration::ZERO),
+            "progress, not a partition that stopped committing"
+        );
+        let j = judge(&mut tr, inputs(40, 40, 40), at(76), &t(), NOISE);
+        assert_eq!((j.status, j.lag), (PartitionStatus::Ok, Some(0)));
+    }
+
+    #[test]
+    fn records_completing_without_a_commit_still_stop() {
+        // Progress that is never committed (a broken commit path) is stop
+        // even though the processed position keeps moving.
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let mut last = PartitionStatus::Ok;
+        for s in 0..=12i64 {
+            last = judge(
+                &mut tr,
+                inputs(10, 11 + s, 30 + s),
+                t0 + Duration::from_secs(s as u64),
+                &t(),
+                NOISE,
+            )
+            .status;
+        }
+        assert_eq!(last, PartitionStatus::Stop);
     }
 
     #[test]
     fn a_committed_offset_going_back_is_rewind_for_the_window() {
         let t0 = Instant::now();
         let mut tr = Track::new(t0, 1);
-        judge(&mut tr, inputs(900, 900, 900), t0, &t());
-        let j = judge(&mut tr, inputs(5, 5, 40), t0 + Duration::from_secs(1), &t());
+        judge(&mut tr, inputs(900, 900, 900), t0, &t(), NOISE);
+        let j = judge(
+            &mut tr,
+            inputs(5, 5, 40),
+            t0 + Duration::from_secs(1),
+            &t(),
+            NOISE,
+        );
         assert_eq!(j.status, PartitionStatus::Rewind);
         assert_eq!(j.rewind.map(|r| (r.from, r.to)), Some((900, 5)));
         let j = judge(
@@ -521,6 +659,7 @@ mod tests {
             inputs(40, 40, 40),
             t0 + Duration::from_secs(9),
             &t(),
+            NOISE,
         );
         assert_eq!(
             j.status,
@@ -541,6 +680,7 @@ mod tests {
                 inputs(10 * s, 10 * s, 100 + 20 * s),
                 t0 + Duration::from_secs(s as u64),
                 &t(),
+                NOISE,
             );
             last = j.status;
             if s < 8 {
@@ -558,8 +698,59 @@ mod tests {
             inputs(300, 300, 310),
             t0 + Duration::from_secs(12),
             &t(),
+            NOISE,
         );
         assert_eq!(j.status, PartitionStatus::Ok);
+    }
+
+    #[test]
+    fn lag_growth_within_the_noise_of_commits_and_statistics_is_not_warn() {
+        // The steady-state sawtooth of a consumer keeping up at 50
+        // records/s, sampled so that every sample is higher than the one
+        // before (3 -> 30 records over the window).
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        for s in 0..=10i64 {
+            let end = 1000 + 50 * s;
+            let lag = 3 + 3 * s;
+            let j = judge(
+                &mut tr,
+                inputs(end - lag, end - lag, end),
+                t0 + Duration::from_secs(s as u64),
+                &t(),
+                NOISE,
+            );
+            assert_eq!(j.status, PartitionStatus::Ok, "at {s} s");
+        }
+        // The same growth with 3 s of traffic being fewer records than it
+        // (a consumer that truly falls behind at 10 records/s) warns.
+        let mut tr = Track::new(t0, 1);
+        let mut last = PartitionStatus::Ok;
+        for s in 0..=10i64 {
+            let end = 1000 + 10 * s;
+            let lag = 3 + 4 * s;
+            last = judge(
+                &mut tr,
+                inputs(end - lag, end - lag, end),
+                t0 + Duration::from_secs(s as u64),
+                &t(),
+                NOISE,
+            )
+            .status;
+        }
+        assert_eq!(last, PartitionStatus::Warn);
+    }
+
+    #[test]
+    fn noise_allowance_adds_the_intervals() {
+        assert_eq!(
+            noise_allowance(Duration::from_secs(1), Some(Duration::from_secs(1))),
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(
+            noise_allowance(Duration::from_millis(500), None),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
@@ -568,20 +759,24 @@ mod tests {
         let mut tr = Track::new(t0, 1);
         let mut i = inputs(3, 3, 710);
         i.failed = true;
-        assert_eq!(judge(&mut tr, i, t0, &t()).status, PartitionStatus::Stop);
+        assert_eq!(
+            judge(&mut tr, i, t0, &t(), NOISE).status,
+            PartitionStatus::Stop
+        );
     }
 
     #[test]
     fn history_survives_a_quick_reassignment_only() {
         let t0 = Instant::now();
         let mut tr = Track::new(t0, 1);
-        judge(&mut tr, inputs(10, 10, 20), t0, &t());
+        judge(&mut tr, inputs(10, 10, 20), t0, &t(), NOISE);
         tr.seen(t0 + Duration::from_secs(3), 2, Duration::from_secs(10));
         let j = judge(
             &mut tr,
             inputs(10, 10, 20),
             t0 + Duration::from_secs(11),
             &t(),
+            NOISE,
         );
         assert_eq!(
             j.status,
@@ -594,6 +789,7 @@ mod tests {
             inputs(10, 10, 20),
             t0 + Duration::from_secs(41),
             &t(),
+            NOISE,
         );
         assert_eq!(
             j.status,

@@ -23,15 +23,24 @@
 //!
 //! - [`PartitionStatus::Ok`]: nothing below.
 //! - [`PartitionStatus::Warn`]: over [`HealthThresholds::lag_growth_window`]
-//!   the committed offset advanced but the lag grew at every sample.
-//! - [`PartitionStatus::Stall`]: the committed offset has not advanced for
-//!   [`HealthThresholds::stall_after`] while the lag is above zero, and no
-//!   further record completed either (the head of the line is stuck).
-//! - [`PartitionStatus::Stop`]: no commit for
-//!   [`HealthThresholds::stall_after`] while records wait although records
-//!   did complete (commits are not landing: a rebalance loop, a lost
-//!   coordinator); or the partition was stopped by
-//!   [`RetentionOverrunPolicy::Fail`].
+//!   the committed offset advanced but the lag grew at every sample (eight
+//!   per window), and by more records than arrive in the commit interval +
+//!   the statistics interval + 0.5 s at the rate observed over the window.
+//!   A consumer that keeps up sees its sampled lag rise and fall by that
+//!   much on its own (its commits trail the processed position by up to one
+//!   commit interval, the high watermark from statistics is up to one
+//!   statistics interval old, a fetch waits up to `fetch.wait.max.ms`), so
+//!   smaller growth is noise; a consumer losing less than that per window
+//!   is not flagged by this rule (its time lag and the freshness objective
+//!   still show it).
+//! - [`PartitionStatus::Stall`]: records wait (lag above zero) and neither
+//!   the committed offset nor the processed position moved for
+//!   [`HealthThresholds::stall_after`] (the head of the line is stuck).
+//! - [`PartitionStatus::Stop`]: completed records waited for a commit for
+//!   [`HealthThresholds::stall_after`] (commits are not landing: a
+//!   rebalance loop, a lost coordinator); or the partition was stopped by
+//!   [`RetentionOverrunPolicy::Fail`]. A handler that hung and returned is
+//!   neither: the commit that follows within the commit interval ends it.
 //! - [`PartitionStatus::Rewind`]: the committed offset went backwards within
 //!   the last [`HealthThresholds::lag_growth_window`].
 //!

@@ -49,11 +49,11 @@ pub enum PartitionStatus {
     Ok,
     /// Committed offsets advance but the lag keeps growing.
     Warn,
-    /// Committed offset frozen while the lag is above zero, and nothing
-    /// completes: the head of the line is stuck.
+    /// Committed offset and processed position frozen while the lag is
+    /// above zero: the head of the line is stuck.
     Stall,
-    /// No commit for longer than the window while records wait (records
-    /// complete but their commits do not land), or stopped by
+    /// Completed records waited for a commit for longer than the window
+    /// (records complete but their commits do not land), or stopped by
     /// [`RetentionOverrunPolicy::Fail`].
     Stop,
     /// The committed offset went backwards.
@@ -95,18 +95,22 @@ impl fmt::Display for PartitionStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HealthReason {
-    /// The committed offset has not advanced for `duration` while the lag
-    /// is above zero, and no record completed meanwhile
+    /// Records wait (the lag is above zero) and for `duration` neither the
+    /// committed offset advanced nor a record completed
     /// ([`PartitionStatus::Stall`](crate::health::PartitionStatus::Stall)). Unhealthy.
     Stalled {
-        /// Since the committed offset last advanced (or the lag rose above
-        /// zero, if later).
+        /// Since the committed offset or the processed position last moved
+        /// (or the lag rose above zero, if later).
         duration: Duration,
     },
-    /// Records completed but no commit landed for `duration` while records
-    /// wait ([`PartitionStatus::Stop`](crate::health::PartitionStatus::Stop)). Unhealthy.
+    /// Records completed but no commit covered them for `duration`
+    /// ([`PartitionStatus::Stop`](crate::health::PartitionStatus::Stop)): the processed position stayed above
+    /// the committed offset all that time. A handler that hung and then
+    /// returned is not this: its commit follows within the commit
+    /// interval. Unhealthy.
     NotCommitting {
-        /// Since the committed offset last advanced.
+        /// Since completed records began to wait for a commit (or the
+        /// committed offset last advanced, if later).
         duration: Duration,
     },
     /// No record of the partition succeeded for `duration` while its lag
@@ -124,7 +128,12 @@ pub enum HealthReason {
         duration: Duration,
     },
     /// The lag grew over the whole window while commits advanced
-    /// ([`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn)). Degraded.
+    /// ([`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn)): at every sample (eight per
+    /// [`HealthThresholds::lag_growth_window`](crate::health::HealthThresholds::lag_growth_window)) the lag was above zero
+    /// and not below the sample before, and it grew by more records than
+    /// arrive in the commit interval + the statistics interval + 0.5 s (the
+    /// amount a consumer that keeps up moves on its own, at the rate
+    /// observed over the window). Degraded.
     LagGrowing {
         /// The lag at the start of the window, in records.
         from: u64,

@@ -71,10 +71,11 @@ impl RetentionOverrunPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealthThresholds {
-    /// A partition whose committed offset has not advanced for this long
-    /// while its lag is above zero is [`PartitionStatus::Stall`](crate::health::PartitionStatus::Stall) (or
-    /// [`PartitionStatus::Stop`](crate::health::PartitionStatus::Stop) when records completed but were not
-    /// committed) and unhealthy. Defaults to 60 s.
+    /// A partition whose records wait while neither its committed offset
+    /// nor its processed position moves for this long is
+    /// [`PartitionStatus::Stall`](crate::health::PartitionStatus::Stall); one whose completed records wait this long
+    /// for a commit is [`PartitionStatus::Stop`](crate::health::PartitionStatus::Stop). Both are unhealthy.
+    /// Defaults to 60 s.
     pub stall_after: Duration,
     /// A partition with lag above zero and no record that succeeded for
     /// this long is unhealthy ([`HealthReason::NoSuccess`](crate::health::HealthReason::NoSuccess)), even when its
@@ -82,8 +83,11 @@ pub struct HealthThresholds {
     /// Defaults to 60 s.
     pub no_success_after: Duration,
     /// The window over which a growing lag makes a partition
-    /// [`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn), and for which a rewind of the committed
-    /// offset is reported ([`PartitionStatus::Rewind`](crate::health::PartitionStatus::Rewind)). Defaults to 120 s.
+    /// [`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn) (growth beyond what the commit interval,
+    /// the statistics interval and 0.5 s of traffic explain; see
+    /// [`HealthReason::LagGrowing`](crate::health::HealthReason::LagGrowing)), and for which a rewind of the
+    /// committed offset is reported ([`PartitionStatus::Rewind`](crate::health::PartitionStatus::Rewind)).
+    /// Defaults to 120 s.
     pub lag_growth_window: Duration,
     /// How long past events stay in the snapshot: a retention overrun the
     /// partition recovered from, a committed offset above the high
@@ -142,6 +146,9 @@ pub(crate) struct HealthConfig {
     pub(crate) new_partitions: NewPartitionStart,
     /// `None` when statistics are off.
     pub(crate) statistics_interval: Option<Duration>,
+    /// [`FreshConsumer::commit_interval`](crate::FreshConsumer::commit_interval):
+    /// how far the committed offset trails the processed position.
+    pub(crate) commit_interval: Duration,
     /// `isolation.level=read_committed` (librdkafka's default): lag counts
     /// to the last stable offset, not the high watermark.
     pub(crate) read_committed: bool,

@@ -200,8 +200,10 @@ pub const PARTITION_LAG: &str = "fresh_consumer.partition.lag";
 /// event-time header; the fetch time for records without one).
 pub const PARTITION_HEAD_AGE: &str = "fresh_consumer.partition.head.age";
 
-/// Time since the committed offset last advanced while the lag is above
-/// zero; 0 while the lag is zero. Evaluated every 100 ms.
+/// Time the partition has been held up while records wait: since the
+/// committed offset or the processed position last moved, or since
+/// completed records began to wait for a commit, whichever is longer; 0
+/// while the lag is zero. Evaluated every 100 ms.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
