@@ -20,8 +20,10 @@
 //!   stopped partition, a partition stopped by the retention-overrun fail
 //!   policy, no success while records wait, a poll loop stuck past
 //!   `max.poll.interval.ms`, a stopped consumer): 503. Degraded is alive.
-//! - `/readyz`: 200 once the consumer runs and is not unhealthy; 503 before
-//!   it started, after it stopped, or when unhealthy.
+//! - `/readyz`: 200 once the consumer runs as a member of its group
+//!   (`ConsumerState::Running`: its first assignment arrived) and is not
+//!   unhealthy; 503 before it started, while it joins the group
+//!   (`ConsumerState::Joining`), after it stopped, or when unhealthy.
 //! - `/health`: always 200, the snapshot as text, for people.
 //!
 //! A matching pod spec:

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp;
 use fresh_consumer::{
-    ConsumerState, HealthReason, HealthStatus, HealthThresholds, OnExhausted, PartitionStatus,
-    Record, RetentionOverrunPolicy, RetryPolicy,
+    ConsumerState, FreshConsumer, HealthReason, HealthStatus, HealthThresholds, OnExhausted,
+    PartitionStatus, Record, RetentionOverrunPolicy, RetryPolicy,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::producer::FutureRecord;
@@ -1097,4 +1097,112 @@ async fn a_new_group_starts_where_auto_offset_reset_says() {
     assert_eq!(unconsumed.count(0) + unconsumed.count(1), 0);
     error.stop().await;
     latest.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Readiness: a member that has not joined its group
+// ---------------------------------------------------------------------------
+
+/// A consumer whose group never forms (its broker is unreachable) runs but
+/// is `Joining`: degraded with `NotJoined`, so a readiness probe says not
+/// ready; on a reachable cluster the state is `Running` once the first
+/// assignment arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_has_not_joined_its_group_is_not_ready() {
+    logs::init();
+    // Nothing listens on the discard port of loopback.
+    let run = start(
+        FreshConsumer::new(|_r: Record| async { Ok::<(), std::io::Error>(()) })
+            .bootstrap_servers("127.0.0.1:9")
+            .group_id(unique("never-joins"))
+            .topics(["nowhere"]),
+    );
+    let s = wait_snapshot(&run.health, WAIT, "the run started", |s| {
+        s.state != ConsumerState::NotStarted
+    })
+    .await;
+    assert_eq!(s.state, ConsumerState::Joining, "{s}");
+    assert_eq!(s.status, HealthStatus::Degraded, "{s}");
+    assert!(
+        s.reasons
+            .iter()
+            .any(|r| matches!(r, HealthReason::NotJoined { .. })),
+        "{s}"
+    );
+    assert!(
+        s.to_string().contains("not a member of the group yet"),
+        "{s}"
+    );
+    run.stop().await;
+
+    let (cluster, topic, group) = TestCluster::with_topic("joins", 1).await;
+    let run = start(cluster.consumer(&group, &topic, |_r: Record| async {
+        Ok::<(), std::io::Error>(())
+    }));
+    let s = wait_snapshot(&run.health, WAIT, "joined", |s| {
+        s.state == ConsumerState::Running
+    })
+    .await;
+    assert!(
+        !s.reasons
+            .iter()
+            .any(|r| matches!(r, HealthReason::NotJoined { .. })),
+        "{s}"
+    );
+    run.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Lag of a partition that does not fetch
+// ---------------------------------------------------------------------------
+
+/// A partition whose worker is stuck stops fetching once its buffer is full
+/// (librdkafka's fetch queue, or a pause), so librdkafka's statistics keep
+/// the high watermark of its last fetch. The library refreshes it with a
+/// ListOffsets query: the lag follows the records produced meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lag_of_a_partition_that_does_not_fetch_follows_the_log_end() {
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("no-fetch", 1).await;
+    let released = Arc::new(tokio::sync::Notify::new());
+    let open = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let (released, open) = (Arc::clone(&released), Arc::clone(&open));
+        move |_r: Record| {
+            let (released, open) = (Arc::clone(&released), Arc::clone(&open));
+            async move {
+                let notified = released.notified();
+                if !open.load(Ordering::Acquire) {
+                    notified.await;
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .max_buffered_records(10)
+            .statistics_interval(Duration::from_millis(200)),
+    );
+    cluster.produce_many(&topic, 1, 50).await;
+    wait_snapshot(&run.health, WAIT, "the first 50 records seen", |s| {
+        s.partition(&topic, 0).is_some_and(|p| p.lag == Some(50))
+    })
+    .await;
+    // The worker holds the first record; the buffer is full, nothing is
+    // fetched. 300 more records arrive.
+    cluster.produce_many(&topic, 1, 300).await;
+    let s = wait_snapshot(&run.health, WAIT, "the lag counts the new records", |s| {
+        s.partition(&topic, 0).is_some_and(|p| p.lag == Some(350))
+    })
+    .await;
+    let p = s.partition(&topic, 0).unwrap();
+    assert_eq!(p.high_watermark, Some(350), "{p:?}");
+    assert_eq!(p.processed_offset, Some(0), "{p:?}");
+    // Released: everything is handled and committed.
+    open.store(true, Ordering::Release);
+    released.notify_waiters();
+    cluster.wait_committed(&group, &topic, &[350]).await;
+    run.stop().await;
 }

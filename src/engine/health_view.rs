@@ -1,15 +1,17 @@
 //! What the engine shows the health evaluation: the [`EngineView`] and
 //! [`PartitionView`] implementations, and the health thread, which
 //! evaluates every 100 ms (so stall clocks and lag samples are exact to
-//! that) and restarts partitions whose fetcher librdkafka stopped on an
-//! out-of-range offset.
+//! that), restarts partitions whose fetcher librdkafka stopped on an
+//! out-of-range offset, and refreshes the watermarks of partitions that do
+//! not fetch (see [`refresh_watermarks`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 use rdkafka::consumer::{Consumer, ConsumerContext};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
@@ -18,7 +20,7 @@ use crate::engine::offset_reset::{self, Resets};
 use crate::engine::partition::PartitionState;
 use crate::health::EVAL_TICK;
 use crate::health::hub::HealthHub;
-use crate::health::partition::PartitionHealth;
+use crate::health::partition::{PartitionHealth, lock};
 use crate::health::view::{EngineView, PartitionView, Progress};
 
 impl EngineView for Engine {
@@ -98,6 +100,7 @@ where
     std::thread::Builder::new()
         .name("fresh-consumer-health".into())
         .spawn(move || {
+            let mut refreshed_at = Instant::now();
             loop {
                 match rx.recv_timeout(EVAL_TICK) {
                     Ok(request) => {
@@ -113,8 +116,96 @@ where
                 if shutdown.is_cancelled() {
                     return;
                 }
+                if let Some(every) = health
+                    .config()
+                    .and_then(|c| c.statistics_interval)
+                    .map(|i| i.max(MIN_REFRESH_INTERVAL))
+                    && refreshed_at.elapsed() >= every
+                    && let Some(c) = consumer.upgrade()
+                {
+                    refreshed_at = Instant::now();
+                    refresh_watermarks(&*c, &assignment, every);
+                }
                 let _ = health.evaluate();
             }
         })
         .map(|_| ())
+}
+
+/// Refreshes of a partition that does not fetch are at least this far apart
+/// (and at least one statistics interval).
+const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most partitions one refresh queries (the stalest first); the rest
+/// wait for the next round.
+const MAX_REFRESH_PARTITIONS: usize = 256;
+
+/// How long one refresh waits for the brokers.
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Karafka's "lag compensation": librdkafka's statistics carry the
+/// watermarks of a partition's last Fetch response, so a partition that
+/// does not fetch (paused by backpressure, or its fetch queue full while a
+/// worker is slow or blocked) reports the lag of the moment it stopped.
+/// Every `every` (the statistics interval, at least 1 s), the partitions
+/// with records fetched but not completed whose readable end has not moved
+/// for `every` are queried with two batched ListOffsets requests (latest
+/// and earliest, one per partition leader, at the consumer's isolation
+/// level: the latest is the last stable offset under `read_committed`), at
+/// most [`MAX_REFRESH_PARTITIONS`] per round. A caught-up partition fetches
+/// (librdkafka long-polls it), so it is never queried.
+pub(crate) fn refresh_watermarks<C, X>(consumer: &C, assignment: &Assignment, every: Duration)
+where
+    C: Consumer<X>,
+    X: ConsumerContext + 'static,
+{
+    let now = Instant::now();
+    let mut stale: Vec<(Instant, Arc<PartitionState>)> = assignment
+        .assigned()
+        .into_iter()
+        // Records fetched but not completed: the head of the line exists.
+        .filter(|s| s.progress().head.is_some() && lock(&s.health.stats).needs_refresh(now, every))
+        .map(|s| {
+            let since = lock(&s.health.stats).end_changed_at().unwrap_or(now);
+            (since, s)
+        })
+        .collect();
+    if stale.is_empty() {
+        return;
+    }
+    stale.sort_by_key(|(since, _)| *since);
+    stale.truncate(MAX_REFRESH_PARTITIONS);
+    let list = |offset: Offset| {
+        let mut tpl = TopicPartitionList::with_capacity(stale.len());
+        for (_, s) in &stale {
+            let _ = tpl.add_partition_offset(&s.topic, s.partition, offset);
+        }
+        tpl
+    };
+    let query = |offset: Offset| match consumer.offsets_for_times(list(offset), REFRESH_TIMEOUT) {
+        Ok(tpl) => Some(tpl),
+        Err(e) => {
+            tracing::debug!(error = %e, "refreshing the watermarks of partitions that do not fetch failed; retried next round");
+            None
+        }
+    };
+    let Some(ends) = query(Offset::End) else {
+        return;
+    };
+    let starts = query(Offset::Beginning);
+    let at = Instant::now();
+    for (_, s) in &stale {
+        let offset_of = |tpl: &TopicPartitionList| {
+            tpl.find_partition(&s.topic, s.partition)
+                .filter(|e| e.error().is_ok())
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(n) if n >= 0 => Some(n),
+                    _ => None,
+                })
+        };
+        if let Some(end) = offset_of(&ends) {
+            let lo = starts.as_ref().and_then(offset_of);
+            lock(&s.health.stats).refresh(at, lo, end);
+        }
+    }
 }

@@ -8,8 +8,9 @@
 //! rdkafka hands it over only from inside a poll of the consumer; the poll
 //! loop polls at least every `IDLE_POLL_TICK` (1 s). The
 //! high watermark in a report is the one the last Fetch response carried: a
-//! partition paused by backpressure does not fetch, so its high watermark is
-//! as old as the pause.
+//! partition that does not fetch (paused, or its fetch queue full) would
+//! keep the watermarks of its last fetch; the health thread refreshes them
+//! (`health_view::refresh_watermarks`) and the reports do not move them back.
 
 use std::time::Instant;
 
@@ -60,7 +61,7 @@ pub(crate) fn ingest(
         }
     }
     if let Some(group) = &statistics.cgrp {
-        health.group_statistics(&group.state);
+        health.group_statistics(&group.state, &group.join_state);
     }
     resets.statistics_received(now, stopped);
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -201,6 +201,11 @@ pub(crate) struct HealthHub {
     member_id_changes: AtomicU64,
     rebalances: [AtomicU64; 3],
     group_state: Mutex<Option<String>>,
+    /// An assignment arrived (even an empty one), or librdkafka's group
+    /// join state was `steady`: the member joined its group.
+    joined: AtomicBool,
+    /// When the run started.
+    started_at: OnceLock<Instant>,
     /// Nanoseconds since `origin` + 1 of the last "max.poll.interval.ms
     /// exceeded"; 0 = never.
     poll_exceeded_at: AtomicU64,
@@ -223,6 +228,8 @@ impl HealthHub {
             member_id_changes: AtomicU64::new(0),
             rebalances: Default::default(),
             group_state: Mutex::new(None),
+            joined: AtomicBool::new(false),
+            started_at: OnceLock::new(),
             poll_exceeded_at: AtomicU64::new(0),
             assign_lock: Mutex::new(()),
             slo: OnceLock::new(),
@@ -232,6 +239,7 @@ impl HealthHub {
     fn state(&self) -> ConsumerState {
         match self.state.load(Ordering::Acquire) {
             NOT_STARTED => ConsumerState::NotStarted,
+            RUNNING if !self.joined.load(Ordering::Acquire) => ConsumerState::Joining,
             RUNNING => ConsumerState::Running,
             _ => ConsumerState::Stopped,
         }
@@ -278,6 +286,7 @@ impl HealthHub {
             poll_warning,
             max_poll_interval,
         });
+        let _ = self.started_at.set(Instant::now());
         self.state.store(RUNNING, Ordering::Release);
     }
 
@@ -288,6 +297,9 @@ impl HealthHub {
 
     /// Counts a rebalance event.
     pub(crate) fn rebalance(&self, kind: RebalanceKind) {
+        if matches!(kind, RebalanceKind::Assigned) {
+            self.joined.store(true, Ordering::Release);
+        }
         self.rebalances[kind as usize].fetch_add(1, Ordering::Relaxed);
         if let Some(i) = self.instruments.get() {
             i.rebalances.add(1, &i.rebalance_attrs[kind as usize]);
@@ -326,7 +338,10 @@ impl HealthHub {
     }
 
     /// librdkafka's consumer-group state from a statistics report.
-    pub(crate) fn group_statistics(&self, state: &str) {
+    pub(crate) fn group_statistics(&self, state: &str, join_state: &str) {
+        if join_state == "steady" {
+            self.joined.store(true, Ordering::Release);
+        }
         let mut g = lock(&self.group_state);
         if g.as_deref() != Some(state) {
             *g = Some(state.to_owned());
@@ -379,10 +394,17 @@ impl HealthHub {
         match state {
             ConsumerState::NotStarted => reasons.push(HealthReason::NotStarted),
             ConsumerState::Stopped => reasons.push(HealthReason::Stopped),
+            ConsumerState::Joining => reasons.push(HealthReason::NotJoined {
+                waited: self
+                    .started_at
+                    .get()
+                    .map(Instant::elapsed)
+                    .unwrap_or_default(),
+            }),
             ConsumerState::Running => {}
         }
         let now = Instant::now();
-        if let (ConsumerState::Running, Some(run), Some(engine)) =
+        if let (ConsumerState::Running | ConsumerState::Joining, Some(run), Some(engine)) =
             (state, self.run.get(), self.engine())
             && let Some(gap) = engine.poll_gap()
             && gap >= run.poll_warning

@@ -225,7 +225,19 @@ pub(crate) struct PartitionStats {
     /// above the partition's position are kept): "record `n` exists since at
     /// least `t`" for the head-of-line age of records not fetched yet.
     hi_seen: VecDeque<(Instant, i64)>,
+    /// When the readable end last changed (or was first seen).
+    end_changed_at: Option<Instant>,
+    /// The last refresh by a ListOffsets query while the partition did not
+    /// fetch: `(when, log start, readable end)`. Reports (whose values are
+    /// as old as the partition's last fetch) cannot move the offsets below
+    /// it until they catch up with it or it is older than [`REFRESH_KEEP`].
+    refreshed: Option<(Instant, i64, i64)>,
 }
+
+/// How long a refreshed value outranks the statistics reports (refreshes
+/// repeat every interval while the partition does not fetch; after a topic
+/// was recreated the reports win again).
+pub(crate) const REFRESH_KEEP: Duration = Duration::from_secs(30);
 
 impl Default for PartitionStats {
     fn default() -> Self {
@@ -237,6 +249,8 @@ impl Default for PartitionStats {
             committed: INVALID,
             fetch_stopped: 0,
             hi_seen: VecDeque::new(),
+            end_changed_at: None,
+            refreshed: None,
         }
     }
 }
@@ -254,14 +268,57 @@ impl PartitionStats {
         stopped: bool,
     ) {
         self.at = Some(at);
-        self.lo = lo;
         self.committed = committed;
         self.fetch_stopped = if stopped {
             self.fetch_stopped.saturating_add(1)
         } else {
             0
         };
+        let (mut lo, mut hi, mut end) = (lo, hi, end);
+        if let Some((r_at, r_lo, r_end)) = self.refreshed {
+            let readable = if end >= 0 { end } else { hi };
+            if readable >= r_end || at.saturating_duration_since(r_at) > REFRESH_KEEP {
+                self.refreshed = None;
+            } else {
+                lo = lo.max(r_lo);
+                hi = hi.max(r_end);
+                end = end.max(r_end);
+            }
+        }
+        self.lo = lo;
         self.observe(at, hi, end);
+    }
+
+    /// Takes the offsets a ListOffsets query returned for a partition that
+    /// does not fetch (paused, or its fetch queue full): the log start
+    /// (`None` when not queried) and the readable end (the high watermark,
+    /// or the last stable offset under `read_committed`: the query uses the
+    /// consumer's isolation level). Offsets only move forward here.
+    pub(crate) fn refresh(&mut self, at: Instant, lo: Option<i64>, end: i64) {
+        if end < 0 {
+            return;
+        }
+        let lo = lo.unwrap_or(INVALID).max(self.lo);
+        self.refreshed = Some((at, lo, end));
+        self.lo = lo;
+        let hi = self.hi.max(end);
+        self.observe(at, hi, end.max(self.end));
+    }
+
+    /// Whether the readable end is older than `every` and was not refreshed
+    /// within `every` either: a partition that does not fetch keeps the
+    /// offsets of its last fetch.
+    pub(crate) fn needs_refresh(&self, now: Instant, every: Duration) -> bool {
+        let older =
+            |t: Option<Instant>| t.is_none_or(|t| now.saturating_duration_since(t) >= every);
+        self.at.is_some()
+            && older(self.end_changed_at)
+            && older(self.refreshed.map(|(at, _, _)| at))
+    }
+
+    /// When the readable end last changed, if known.
+    pub(crate) fn end_changed_at(&self) -> Option<Instant> {
+        self.end_changed_at
     }
 
     /// Seeds the watermarks queried when the partition was assigned, so the
@@ -280,6 +337,9 @@ impl PartitionStats {
         self.hi = hi;
         // Without a last stable offset the high watermark is the end.
         let end = if end >= 0 { end.min(hi) } else { hi };
+        if end != self.end || self.end_changed_at.is_none() {
+            self.end_changed_at = Some(at);
+        }
         self.end = end;
         // Only readable records wait: the head-of-line age of records not
         // fetched yet counts from when the readable end passed them.
@@ -330,6 +390,48 @@ impl PartitionStats {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_refresh_outranks_stale_reports_until_they_catch_up() {
+        let t0 = Instant::now();
+        let t = |ms| t0 + Duration::from_millis(ms);
+        let mut s = PartitionStats::default();
+        s.update(t(0), 0, 50, 50, INVALID, false);
+        let every = Duration::from_secs(1);
+        assert!(!s.needs_refresh(t(500), every));
+        // The partition stopped fetching: reports repeat 50.
+        s.update(t(1000), 0, 50, 50, INVALID, false);
+        assert!(s.needs_refresh(t(1000), every), "end unchanged for 1 s");
+        s.refresh(t(1000), Some(5), 350);
+        assert_eq!(
+            (s.readable_end(), s.high_watermark(), s.log_start()),
+            (Some(350), Some(350), Some(5))
+        );
+        assert!(!s.needs_refresh(t(1500), every));
+        s.update(t(2000), 0, 50, 50, INVALID, false);
+        assert_eq!(
+            (s.readable_end(), s.log_start()),
+            (Some(350), Some(5)),
+            "a stale report does not go back"
+        );
+        // Fetching again: the reports catch up and win.
+        s.update(t(3000), 6, 360, 360, INVALID, false);
+        assert_eq!(s.readable_end(), Some(360));
+        s.update(t(4000), 6, 370, 370, INVALID, false);
+        assert_eq!(s.readable_end(), Some(370));
+        // A refresh older than REFRESH_KEEP yields to the reports (a
+        // recreated topic).
+        s.refresh(t(5000), None, 400);
+        s.update(
+            t(5000) + REFRESH_KEEP + Duration::from_secs(1),
+            0,
+            3,
+            3,
+            INVALID,
+            false,
+        );
+        assert_eq!(s.readable_end(), Some(3));
+    }
 
     #[test]
     fn known_since_is_the_first_report_above_the_position() {

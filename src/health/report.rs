@@ -211,6 +211,15 @@ pub enum HealthReason {
     },
     /// [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) has not started yet. Degraded.
     NotStarted,
+    /// The run started `waited` ago and the member has not joined its group
+    /// yet ([`ConsumerState::Joining`](crate::health::ConsumerState::Joining)): no partition is assigned,
+    /// so nothing is consumed and no partition can report a problem.
+    /// Degraded: not ready, but alive (joining takes the group's
+    /// rebalance, seconds with the classic protocol).
+    NotJoined {
+        /// Since the run started.
+        waited: Duration,
+    },
     /// The consumer stopped ([`FreshConsumer::run_until`](crate::FreshConsumer::run_until) returned).
     /// Unhealthy.
     Stopped,
@@ -247,7 +256,8 @@ impl HealthReason {
             | LagGrowing { .. }
             | Rewound { .. }
             | PollIntervalExceeded { .. }
-            | NotStarted => HealthStatus::Degraded,
+            | NotStarted
+            | NotJoined { .. } => HealthStatus::Degraded,
         }
     }
 }
@@ -343,6 +353,11 @@ impl fmt::Display for HealthReason {
                 Secs(*ago)
             ),
             NotStarted => f.write_str("not started"),
+            NotJoined { waited } => write!(
+                f,
+                "not a member of the group yet ({} since the run started): no partition assigned",
+                Secs(*waited)
+            ),
             Stopped => f.write_str("stopped"),
         }
     }
@@ -414,7 +429,12 @@ impl PartitionReport {
 pub enum ConsumerState {
     /// `run_until` has not been called yet.
     NotStarted,
-    /// Running.
+    /// `run_until` runs but the member has not joined its group yet: no
+    /// assignment has arrived (not even an empty one) and librdkafka's
+    /// group join state is not `steady`. A readiness probe should say not
+    /// ready ([`HealthReason::NotJoined`](crate::health::HealthReason::NotJoined)).
+    Joining,
+    /// Running, a member of its group.
     Running,
     /// `run_until` returned.
     Stopped,
