@@ -16,8 +16,10 @@
 //! `--samples N` (default 2) cycles before the report is printed, so the
 //! "unchanged" column and the rates have something to compare; `--window S`
 //! (default 60), `--stall-after S` (default 30), `--lag-threshold S`
-//! (default 60), `--replicas N` (the group's current consumer count, for a
-//! replica suggestion), `--read-uncommitted`.
+//! (default 60), `--replicas N` (the group's consumer count, for the replica
+//! suggestion when the brokers do not describe the group's members),
+//! `--read-uncommitted`, `--request-timeout S` (default 10: how long
+//! each request, and so the check that a broker answers, may take).
 //!
 //! `--serve` runs until Ctrl-C or SIGTERM, exporting the
 //! `fresh_consumer.monitor.*` gauges over OTLP (configured by the standard
@@ -63,6 +65,7 @@ struct Args {
     lag_threshold: f64,
     replicas: Option<u32>,
     read_uncommitted: bool,
+    request_timeout: f64,
 }
 
 /// The defaults of the options (see the module documentation).
@@ -83,13 +86,14 @@ impl Default for Args {
             lag_threshold: 60.0,
             replicas: None,
             read_uncommitted: false,
+            request_timeout: 10.0,
         }
     }
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args::default();
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     fn value(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<String, String> {
         it.next().ok_or_else(|| format!("{flag} needs a value"))
     }
@@ -119,6 +123,7 @@ fn parse_args() -> Result<Args, String> {
             "--window" => a.window = secs(value(&mut it, &arg)?, &arg)?,
             "--stall-after" => a.stall_after = secs(value(&mut it, &arg)?, &arg)?,
             "--lag-threshold" => a.lag_threshold = secs(value(&mut it, &arg)?, &arg)?,
+            "--request-timeout" => a.request_timeout = secs(value(&mut it, &arg)?, &arg)?,
             "--samples" => {
                 let v = value(&mut it, &arg)?;
                 a.samples = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
@@ -147,6 +152,7 @@ fn parse_args() -> Result<Args, String> {
 const USAGE: &str = "usage: group_monitor --bootstrap HOST:PORT --group G [--group G2 ...] --topic T [--topic T2 ...]
        [--set key=value ...] [--json | --serve] [--interval S] [--samples N] [--window S]
        [--stall-after S] [--lag-threshold S] [--replicas N] [--read-uncommitted]
+       [--request-timeout S]
        group_monitor --demo [--json]
 exit codes: 0 ok, 1 bad arguments or configuration, 2 broker unreachable, 3 unknown topic,
             4 a group has no committed offsets, 5 a cycle failed";
@@ -161,14 +167,20 @@ fn exit_code(e: &MonitorError) -> u8 {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
+    ExitCode::from(cli(std::env::args().skip(1)))
+}
+
+/// The whole tool, from its arguments (without the program name) to its
+/// exit code; `tests/group_monitor_cli.rs` runs it in a child process.
+pub fn cli(args: impl IntoIterator<Item = String>) -> u8 {
+    let args = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
             if !e.is_empty() {
                 eprintln!("error: {e}");
             }
             eprintln!("{USAGE}");
-            return ExitCode::from(if e.is_empty() { 0 } else { 1 });
+            return if e.is_empty() { 0 } else { 1 };
         }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -179,7 +191,7 @@ fn main() -> ExitCode {
     runtime.block_on(run(args))
 }
 
-async fn run(mut args: Args) -> ExitCode {
+async fn run(mut args: Args) -> u8 {
     // Keeps the demo's broker alive for the whole run.
     let _demo = if args.demo {
         match demo::setup().await {
@@ -196,7 +208,7 @@ async fn run(mut args: Args) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("error: demo setup: {e}");
-                return ExitCode::from(1);
+                return 1;
             }
         }
     } else {
@@ -210,6 +222,7 @@ async fn run(mut args: Args) -> ExitCode {
         .window(Duration::from_secs_f64(args.window.max(args.interval)))
         .stall_after(Duration::from_secs_f64(args.stall_after))
         .lag_threshold(Duration::from_secs_f64(args.lag_threshold))
+        .request_timeout(Duration::from_secs_f64(args.request_timeout))
         .read_committed(!args.read_uncommitted);
     for (k, v) in &args.set {
         monitor = monitor.set(k, v);
@@ -224,12 +237,12 @@ async fn run(mut args: Args) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("error: OTLP exporter: {}", cli::chain(&e));
-                    return ExitCode::from(1);
+                    return 1;
                 }
             },
             Err(e) => {
                 eprintln!("error: OTLP configuration: {}", cli::chain(&e));
-                return ExitCode::from(1);
+                return 1;
             }
         };
         let monitor = monitor.meter(provider.meter("fresh-consumer"));
@@ -237,7 +250,7 @@ async fn run(mut args: Args) -> ExitCode {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("error: {}", cli::chain(&e));
-                return ExitCode::from(exit_code(&e));
+                return exit_code(&e);
             }
         };
         let mut tick = tokio::time::interval(Duration::from_secs_f64(args.interval));
@@ -256,14 +269,14 @@ async fn run(mut args: Args) -> ExitCode {
             }
         }
         let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
-        return ExitCode::SUCCESS;
+        return 0;
     }
 
     let mut monitor = match monitor.connect().await {
         Ok(m) => m,
         Err(e) => {
             eprintln!("error: {}", cli::chain(&e));
-            return ExitCode::from(exit_code(&e));
+            return exit_code(&e);
         }
     };
     let mut report = None;
@@ -275,7 +288,7 @@ async fn run(mut args: Args) -> ExitCode {
             Ok(r) => report = Some(r),
             Err(e) => {
                 eprintln!("error: {}", cli::chain(&e));
-                return ExitCode::from(exit_code(&e));
+                return exit_code(&e);
             }
         }
     }
@@ -300,9 +313,9 @@ async fn run(mut args: Args) -> ExitCode {
                 g.group
             );
         }
-        return ExitCode::from(4);
+        return 4;
     }
-    ExitCode::SUCCESS
+    0
 }
 
 fn dur(d: Option<Duration>) -> String {
@@ -330,19 +343,21 @@ fn scaling(s: &Scaling) -> String {
         Scaling::NotNeeded => "no scaling needed".into(),
         Scaling::Suggest {
             throughput_factor,
+            current,
             replicas,
             capped,
-        } => match replicas {
-            Some(n) => format!(
-                "suggest {n} replicas (x{throughput_factor:.2} throughput{})",
+            ..
+        } => match (current, replicas) {
+            (Some(now), Some(n)) => format!(
+                "suggest {n} replicas, now {now} (x{throughput_factor:.2} throughput{})",
                 if *capped {
                     ", capped at the partition count"
                 } else {
                     ""
                 }
             ),
-            None => format!(
-                "needs x{throughput_factor:.2} throughput (give --replicas for a replica count)"
+            _ => format!(
+                "needs x{throughput_factor:.2} throughput (the brokers do not describe the group's members: give --replicas for a replica count)"
             ),
         },
         Scaling::Withheld { reason } => format!("no replica suggestion: {reason}"),
@@ -356,7 +371,7 @@ fn summary_line(g: &GroupReport) -> String {
         .map(|tp| format!("{}-{}", tp.topic, tp.partition))
         .collect();
     format!(
-        "group {}: {}{} | lag {} | max time lag {} | drain {} | {}",
+        "group {}: {}{} | members {} | lag {} | max time lag {} | drain {} | {}",
         g.group,
         g.diagnosis.as_str(),
         if named.is_empty() {
@@ -364,6 +379,7 @@ fn summary_line(g: &GroupReport) -> String {
         } else {
             format!(" ({})", named.join(", "))
         },
+        opt(g.members),
         g.total_lag,
         dur(g.max_time_lag),
         dur(g.drain_time),
@@ -482,7 +498,7 @@ fn json(r: &MonitorReport) -> String {
                         },
                     );
                     format!(
-                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{}}}",
+                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"waiting_s\":{},\"log_end_moved\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{}}}",
                         js(&p.topic),
                         p.partition,
                         jn(p.committed),
@@ -494,6 +510,8 @@ fn json(r: &MonitorReport) -> String {
                         js(p.timestamp.as_str()),
                         jn(ts_ms),
                         jd(p.commit_unchanged_for),
+                        jd(p.waiting_for),
+                        p.log_end_moved,
                         jn(p.retention_margin),
                         jd(p.retention_eta),
                         js(p.status.as_str()),
@@ -506,25 +524,35 @@ fn json(r: &MonitorReport) -> String {
                 .iter()
                 .map(|tp| format!("{{\"topic\":{},\"partition\":{}}}", js(&tp.topic), tp.partition))
                 .collect();
-            let (replicas, factor, withheld) = match &g.scaling {
+            let (current, replicas, factor, withheld) = match &g.scaling {
                 Scaling::Suggest {
+                    current,
                     replicas,
                     throughput_factor,
                     ..
-                } => (jn(*replicas), format!("{throughput_factor:.3}"), "null".into()),
-                Scaling::Withheld { reason } => ("null".into(), "null".into(), js(reason)),
-                Scaling::NotNeeded => ("null".into(), "null".into(), "null".into()),
+                } => (
+                    jn(*current),
+                    jn(*replicas),
+                    format!("{throughput_factor:.3}"),
+                    "null".into(),
+                ),
+                Scaling::Withheld { reason } => {
+                    ("null".into(), "null".into(), "null".into(), js(reason))
+                }
+                Scaling::NotNeeded => ("null".into(), "null".into(), "null".into(), "null".into()),
             };
             format!(
-                "{{\"group\":{},\"diagnosis\":{},\"named\":[{}],\"total_lag\":{},\"max_time_lag_s\":{},\"commit_rate\":{:.3},\"produce_rate\":{:.3},\"drain_time_s\":{},\"replicas_suggested\":{},\"throughput_factor\":{},\"suggestion_withheld\":{},\"timestamps_missing\":{},\"timestamps_future\":{},\"partitions\":[{}]}}",
+                "{{\"group\":{},\"diagnosis\":{},\"named\":[{}],\"members\":{},\"total_lag\":{},\"max_time_lag_s\":{},\"commit_rate\":{:.3},\"produce_rate\":{:.3},\"drain_time_s\":{},\"current_replicas\":{},\"replicas_suggested\":{},\"throughput_factor\":{},\"suggestion_withheld\":{},\"timestamps_missing\":{},\"timestamps_future\":{},\"partitions\":[{}]}}",
                 js(&g.group),
                 js(g.diagnosis.as_str()),
                 named.join(","),
+                jn(g.members),
                 g.total_lag,
                 jd(g.max_time_lag),
                 g.commit_rate,
                 g.produce_rate,
                 jd(g.drain_time),
+                current,
                 replicas,
                 factor,
                 withheld,
@@ -553,7 +581,7 @@ mod demo {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-    use crate::mock_broker::MockBroker;
+    use super::mock_broker::MockBroker;
 
     /// The running broker (alive as long as the value) and the topic.
     pub(super) async fn setup() -> Result<(MockBroker, String), Box<dyn std::error::Error>> {

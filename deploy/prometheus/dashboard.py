@@ -4,7 +4,10 @@
 The panels follow docs/slo.md, "Reading the signals next to each other":
 the objective (SLIs, burn rates, records by result, event age), then the
 partitions (head-of-line age, lag, stalls, status), then the consumers
-(throughput, handler time, failures, membership, poll gaps, records lost).
+(throughput, handler time, failures, membership, poll gaps, records lost),
+then retention (margin and time left, in-process and from the group monitor)
+and the group monitor (time lag, stalled partitions, diagnosis, drain time
+and replica suggestion).
 
 Usage (from anywhere):
 
@@ -100,6 +103,32 @@ PANELS = [
         (f"sum by (messaging_destination_name, fresh_consumer_offset_reset_reason) (increase(fresh_consumer_offset_resets_total{{{GT}}}[1h]))", "{{messaging_destination_name}} reset {{fresh_consumer_offset_reset_reason}} /1h"),
         (f'sum by (messaging_destination_name) (fresh_consumer:slo_messages:rate1h{{{GT}, fresh_consumer_slo_result="no_timestamp"}})', "{{messaging_destination_name}} no timestamp /s"),
     ], {}),
+    ("row", "Retention"),
+    ("Retention margin: records left before retention reaches unprocessed ones", "short", [
+        (f"min by ({PART}) (fresh_consumer_partition_retention_margin{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}} in-process"),
+        (f"min by ({PART}) (fresh_consumer_monitor_retention_margin{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}} monitor"),
+    ], {}),
+    ("Retention: estimated time until the log start passes the committed offset", "s", [
+        (f"min by ({PART}) (fresh_consumer_partition_retention_eta_seconds{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}} in-process"),
+        (f"min by ({PART}) (fresh_consumer_monitor_retention_eta_seconds{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}} monitor"),
+    ], {}),
+    ("row", "Group monitor (read from the brokers: shows dead consumers too)"),
+    ("Time lag: age of the oldest unprocessed record", "s", [
+        (f"max by ({PART}) (fresh_consumer_monitor_time_lag_seconds{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}}"),
+        ("0.6 * fresh_consumer:monitor_time_lag_objective:seconds", "60 % of the objective (alert threshold)"),
+    ], {}),
+    ("Stalled partitions (committed frozen while the log end moves), and commit age", "short", [
+        (f'count by (messaging_destination_name) (max by ({PART}) (fresh_consumer_monitor_partition_status_ratio{{{GT}, fresh_consumer_status="stalled"}}) == 1)', "{{messaging_destination_name}} stalled"),
+        (f'count by (messaging_destination_name, fresh_consumer_status) (max by ({PART}, fresh_consumer_status) (fresh_consumer_monitor_partition_status_ratio{{{GT}, fresh_consumer_status!~"ok|stalled"}}) == 1)', "{{messaging_destination_name}} {{fresh_consumer_status}}"),
+        (f"max by (messaging_destination_name) (fresh_consumer_monitor_commit_age_seconds{{{GT}}}) / 60", "{{messaging_destination_name}} max minutes since a commit moved"),
+    ], {}),
+    ("Group diagnosis (1 = current)", "short", [
+        (f"max by (fresh_consumer_diagnosis) (fresh_consumer_monitor_group_diagnosis_ratio{{{G}}}) == 1", "{{fresh_consumer_diagnosis}}"),
+    ], {"stack": True}),
+    ("Drain time and replica suggestion", "short", [
+        (f"max(fresh_consumer_monitor_group_drain_time_seconds{{{G}}}) / 60", "minutes to drain the backlog"),
+        (f"max(fresh_consumer_monitor_group_replicas_suggested{{{G}}})", "replicas suggested (consumer_bound only)"),
+    ], {}),
 ]
 
 
@@ -152,10 +181,12 @@ def build():
         "templating": {"list": [
             {"name": "datasource", "label": "Prometheus", "type": "datasource",
              "query": "prometheus", "current": {}, "options": [], "refresh": 1},
+            # Groups and topics seen by a consumer or by the group monitor
+            # (a group whose consumers are all dead exports only the latter).
             var("group", "Consumer group",
-                "label_values(messaging_client_consumed_messages_total, messaging_consumer_group_name)", False),
+                'label_values({__name__=~"messaging_client_consumed_messages_total|fresh_consumer_monitor_lag"}, messaging_consumer_group_name)', False),
             var("topic", "Topic",
-                'label_values(messaging_client_consumed_messages_total{messaging_consumer_group_name="$group"}, messaging_destination_name)', True),
+                'label_values({__name__=~"messaging_client_consumed_messages_total|fresh_consumer_monitor_lag", messaging_consumer_group_name="$group"}, messaging_destination_name)', True),
         ]},
         "panels": panels,
     }

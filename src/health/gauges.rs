@@ -17,6 +17,8 @@ struct Gauges {
     _stalled: ObservableGauge<f64>,
     _status: ObservableGauge<i64>,
     _size: ObservableGauge<i64>,
+    _retention_margin: ObservableGauge<i64>,
+    _retention_eta: ObservableGauge<f64>,
 }
 
 /// What the gauges observe at each collection (the hub).
@@ -145,6 +147,40 @@ impl HealthInstruments {
                 })
                 .build()
         };
+        // The retention margin, with the estimator the group monitor uses
+        // (crate::health::retention): same numbers, in-process names.
+        let retention_margin = {
+            let hub = hub.clone();
+            meter
+                .i64_observable_gauge(PARTITION_RETENTION_MARGIN)
+                .with_unit("{message}")
+                .with_description("Committed offset minus log start offset; negative when records were deleted unread.")
+                .with_callback(move |o| {
+                    each(&hub, |e, base| {
+                        let h = e.view.health();
+                        if let Some(m) = h.retention_margin(e.view.committed()) {
+                            o.observe(m.records, base);
+                        }
+                    })
+                })
+                .build()
+        };
+        let retention_eta = {
+            let hub = hub.clone();
+            meter
+                .f64_observable_gauge(PARTITION_RETENTION_ETA)
+                .with_unit("s")
+                .with_description("Estimated time until the log start passes the committed offset, from the log start's movement.")
+                .with_callback(move |o| {
+                    each(&hub, |e, base| {
+                        let h = e.view.health();
+                        if let Some(eta) = h.retention_margin(e.view.committed()).and_then(|m| m.eta) {
+                            o.observe(eta.as_secs_f64(), base);
+                        }
+                    })
+                })
+                .build()
+        };
         HealthInstruments {
             rebalances: meter
                 .u64_counter(REBALANCES)
@@ -170,6 +206,8 @@ impl HealthInstruments {
                 _stalled: stalled,
                 _status: status,
                 _size: size,
+                _retention_margin: retention_margin,
+                _retention_eta: retention_eta,
             },
         }
     }

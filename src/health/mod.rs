@@ -55,6 +55,7 @@ pub(crate) mod hub;
 mod judge;
 pub(crate) mod partition;
 mod report;
+pub(crate) mod retention;
 pub(crate) mod thresholds;
 pub(crate) mod view;
 

@@ -9,7 +9,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 
+use crate::health::retention::{RetentionMargin, RetentionSample, RetentionWindow};
 use crate::health::thresholds::RetentionOverrunPolicy;
+
+/// The window the in-process retention estimate measures the log start's
+/// and the committed offset's movement over (the group monitor's default
+/// window too).
+pub(crate) const RETENTION_WINDOW: Duration = Duration::from_secs(300);
 
 /// Locks `m`, whatever a panicking holder left behind (the state is
 /// counters and timestamps: always usable).
@@ -147,6 +153,17 @@ impl PartitionHealth {
     pub(crate) fn known_committed(&self) -> Option<i64> {
         Some(self.known_committed.load(Ordering::Acquire)).filter(|&c| c >= 0)
     }
+
+    /// The retention margin to the committed offset (`own`: this member's
+    /// last commit, else the one read at assignment, else librdkafka's),
+    /// from the statistics' log start and its movement over
+    /// [`RETENTION_WINDOW`]; `None` while either offset is unknown.
+    pub(crate) fn retention_margin(&self, own: Option<i64>) -> Option<RetentionMargin> {
+        let st = lock(&self.stats);
+        let committed = own.or(self.known_committed()).or(st.committed())?;
+        st.log_start()?;
+        st.retention.margin(committed)
+    }
 }
 
 /// What is wrong with a partition's offset.
@@ -232,6 +249,9 @@ pub(crate) struct PartitionStats {
     /// as old as the partition's last fetch) cannot move the offsets below
     /// it until they catch up with it or it is older than [`REFRESH_KEEP`].
     refreshed: Option<(Instant, i64, i64)>,
+    /// The log start and committed offsets of the reports, for the retention
+    /// margin's estimate.
+    retention: RetentionWindow,
 }
 
 /// How long a refreshed value outranks the statistics reports (refreshes
@@ -251,6 +271,7 @@ impl Default for PartitionStats {
             hi_seen: VecDeque::new(),
             end_changed_at: None,
             refreshed: None,
+            retention: RetentionWindow::new(RETENTION_WINDOW),
         }
     }
 }
@@ -286,6 +307,15 @@ impl PartitionStats {
             }
         }
         self.lo = lo;
+        if lo >= 0 {
+            // librdkafka's committed offset, when it knows one (it may not
+            // before this member's first commit): only for the commit rate.
+            self.retention.observe(RetentionSample {
+                at,
+                log_start: lo,
+                committed: (committed >= 0).then_some(committed),
+            });
+        }
         self.observe(at, hi, end);
     }
 
@@ -474,6 +504,54 @@ mod tests {
         s.update(now, 7, 60, 60, 10, false);
         s.seed(now, 1, 2);
         assert_eq!((s.log_start(), s.high_watermark()), (Some(7), Some(60)));
+    }
+
+    #[test]
+    fn the_retention_margin_shrinks_as_the_log_start_advances() {
+        let t0 = Instant::now();
+        let h = PartitionHealth::new(t0);
+        assert_eq!(h.retention_margin(Some(100)), None, "no report yet");
+        // The log start moves 10 records a second toward a committed
+        // offset frozen at 100.
+        let mut margins = Vec::new();
+        for s in 0..5u64 {
+            lock(&h.stats).update(
+                t0 + Duration::from_secs(s),
+                10 * s as i64,
+                500,
+                500,
+                100,
+                false,
+            );
+            margins.push(h.retention_margin(None).unwrap());
+        }
+        assert_eq!(
+            margins.iter().map(|m| m.records).collect::<Vec<_>>(),
+            vec![100, 90, 80, 70, 60]
+        );
+        assert_eq!(margins[0].eta, None, "one report: no movement seen yet");
+        assert_eq!(margins[4].eta, Some(Duration::from_secs(6)));
+        // This member's own commit is newer than the statistics.
+        let m = h.retention_margin(Some(120)).unwrap();
+        assert_eq!((m.records, m.eta), (80, Some(Duration::from_secs(8))));
+        // A log start that stops moving (reports every 10 s): the estimate
+        // fades while the movement is in the window, and is gone (no point
+        // exported) once the window holds none.
+        let mut etas = Vec::new();
+        for s in (10..=400u64).step_by(10) {
+            lock(&h.stats).update(t0 + Duration::from_secs(s), 40, 500, 500, 100, false);
+            etas.push(h.retention_margin(None).unwrap().eta);
+        }
+        assert!(etas[0].is_some());
+        assert!(
+            etas.iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .all(|w| w[1] > w[0]),
+            "{etas:?}"
+        );
+        assert_eq!(etas.last(), Some(&None), "{etas:?}");
     }
 
     #[test]

@@ -230,6 +230,44 @@ pub const PARTITION_STATUS: &str = "fresh_consumer.partition.status";
 /// | counter (u64) | `{message}` | partition attributes |
 pub const RETENTION_OVERRUN_MESSAGES: &str = "fresh_consumer.retention.overrun.messages";
 
+/// Retention margin of an assigned partition, in records: the committed
+/// offset minus the log start offset, the records retention may still
+/// delete before it reaches one the group has not processed; negative once
+/// it deleted unread records (then [`RETENTION_OVERRUN_MESSAGES`] counts
+/// them when the consumer reaches them). The same number as the group
+/// monitor's [`MONITOR_RETENTION_MARGIN`], from inside the consumer.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `{message}` | partition attributes |
+///
+/// The committed offset is this member's last commit (before its first,
+/// the one read at assignment, or librdkafka's); the log start comes from
+/// librdkafka's statistics (`lo_offset`, as old as
+/// [`statistics_interval`](crate::FreshConsumer::statistics_interval) plus a
+/// poll tick, older while the partition is paused). Absent while either is
+/// unknown.
+pub const PARTITION_RETENTION_MARGIN: &str = "fresh_consumer.partition.retention.margin";
+
+/// Estimated time until the log start offset passes the committed offset
+/// of an assigned partition: [`PARTITION_RETENTION_MARGIN`] divided by how
+/// many records per second the log start gained on the committed offset
+/// over the last 5 minutes of statistics reports (the estimator of the
+/// group monitor's [`MONITOR_RETENTION_ETA`]).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (f64) | `s` | partition attributes |
+///
+/// **Absent** (no point) while the log start does not gain on the
+/// committed offset: it did not move over those 5 minutes (retention has
+/// not deleted a segment in that time, as on a young or quiet topic), or the
+/// commits move at least as fast; and once the margin is not positive.
+/// Alert on it being low (`< 1 day`), not on it being present. Retention
+/// deletes whole segments, so the log start moves in steps: the estimate is
+/// the rate over the window, not the time of the next deletion.
+pub const PARTITION_RETENTION_ETA: &str = "fresh_consumer.partition.retention.eta";
+
 /// Partitions whose offset was missing or out of range when assigned or
 /// while consumed: [`OFFSET_RESET_REASON`] = `retention_overrun` (below the
 /// log start offset), `above_high_watermark` (the topic was recreated) or
@@ -303,7 +341,7 @@ pub const MONITOR_COMMIT_AGE: &str = "fresh_consumer.monitor.commit.age";
 
 /// Retention margin in records: the committed offset minus the log start
 /// offset; negative when retention deleted records the group had not read
-/// (out of range).
+/// (out of range). In-process: [`PARTITION_RETENTION_MARGIN`].
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -312,13 +350,16 @@ pub const MONITOR_RETENTION_MARGIN: &str = "fresh_consumer.monitor.retention.mar
 
 /// Estimated time until the log start passes the committed offset: the
 /// margin divided by how much faster the log start moved than the
-/// committed offset over the monitor's window.
+/// committed offset over the monitor's window (the estimator of the
+/// in-process [`PARTITION_RETENTION_ETA`]).
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | gauge (f64) | `s` | partition attributes |
 ///
-/// Absent while the log start is not gaining on the committed offset.
+/// Absent while the log start is not gaining on the committed offset (it
+/// did not move over the window, or the commits move at least as fast), and
+/// once the margin is not positive.
 pub const MONITOR_RETENTION_ETA: &str = "fresh_consumer.monitor.retention.eta";
 
 /// The partition's status as seen by the monitor, as a state set: one point

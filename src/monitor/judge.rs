@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::health::retention::{RetentionSample, estimate, rate};
 use crate::monitor::report::{
     Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, Scaling,
 };
@@ -66,6 +67,10 @@ struct History {
     first_seen: Instant,
     committed: Option<i64>,
     last_change: Option<Instant>,
+    /// Since when the committed offset has stayed unchanged while records
+    /// wait (the later of its last change and the first cycle that saw the
+    /// offset lag above zero), and the end the lag counted to then.
+    waiting: Option<(Instant, i64)>,
     last_head: Option<i64>,
     points: VecDeque<Point>,
 }
@@ -82,15 +87,6 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// Per second, between two values `dt` apart; 0 when `dt` is zero.
-fn rate(from: i64, to: i64, dt: Duration) -> f64 {
-    if dt.is_zero() {
-        0.0
-    } else {
-        (to - from) as f64 / dt.as_secs_f64()
-    }
-}
-
 struct Judged {
     row: PartitionLag,
     /// Records per second the committed offset and the log end advanced.
@@ -102,11 +98,14 @@ struct Judged {
 
 impl GroupTracker {
     /// Evaluates one cycle of a group's reads at `now` (`now_ms`: the same
-    /// instant on the wall clock, milliseconds since the Unix epoch).
+    /// instant on the wall clock, milliseconds since the Unix epoch);
+    /// `members`: the group's member count as the brokers describe it, if
+    /// they do.
     pub(crate) fn evaluate(
         &mut self,
         group: &str,
         observations: &[Observation],
+        members: Option<u32>,
         rules: &Rules,
         now: Instant,
         now_ms: i64,
@@ -120,16 +119,30 @@ impl GroupTracker {
                 first_seen: now,
                 committed: o.committed,
                 last_change: None,
+                waiting: None,
                 last_head: None,
                 points: VecDeque::new(),
             });
             if h.committed != o.committed {
                 h.committed = o.committed;
                 h.last_change = Some(now);
+                h.waiting = None;
             }
             let unchanged_for =
                 now.saturating_duration_since(h.last_change.unwrap_or(h.first_seen));
             let lag = o.committed.map(|c| (o.end - c).max(0) as u64);
+            // The stall clock runs while the committed offset stays put with
+            // records waiting: a record arriving on a partition idle for an
+            // hour starts it at zero.
+            if lag.is_some_and(|l| l > 0) {
+                h.waiting.get_or_insert((now, o.end));
+            } else {
+                h.waiting = None;
+            }
+            let waiting_for = h
+                .waiting
+                .map(|(since, _)| now.saturating_duration_since(since));
+            let end_moved = h.waiting.is_some_and(|(_, end)| o.end > end);
 
             let (timestamp, time_lag) = match o.head {
                 HeadRead::NotNeeded => (
@@ -182,26 +195,36 @@ impl GroupTracker {
                 _ => 0.0,
             };
             let produce_rate = rate(oldest.end, o.end, dt).max(0.0);
-            let log_start_rate = rate(oldest.log_start, o.log_start, dt);
             let falling = matches!(
                 (oldest.time_lag, time_lag),
                 (Some(a), Some(b)) if b < a && dt >= rules.window / 2
             );
 
-            let retention_margin = o.committed.map(|c| c - o.log_start);
-            let retention_eta = match retention_margin {
-                Some(m) if m > 0 => {
-                    let gain = log_start_rate - commit_rate;
-                    (gain > 0.0).then(|| Duration::from_secs_f64(m as f64 / gain))
-                }
-                _ => None,
-            };
+            // The estimator the in-process gauges use too; a window start
+            // without a committed offset counts as no commit movement.
+            let retention = o.committed.map(|c| {
+                estimate(
+                    RetentionSample {
+                        at: oldest.at,
+                        log_start: oldest.log_start,
+                        committed: oldest.committed,
+                    },
+                    RetentionSample {
+                        at: now,
+                        log_start: o.log_start,
+                        committed: o.committed,
+                    },
+                    c,
+                )
+            });
             let status = match (o.committed, lag) {
                 (None, _) | (_, None) => LagStatus::NoCommittedOffset,
                 (Some(c), _) if c < o.log_start => LagStatus::OutOfRange {
                     deleted: (o.log_start - c) as u64,
                 },
-                (_, Some(l)) if l > 0 && unchanged_for >= rules.stall_after => LagStatus::Stalled,
+                _ if end_moved && waiting_for.is_some_and(|d| d >= rules.stall_after) => {
+                    LagStatus::Stalled
+                }
                 _ if time_lag.is_some_and(|t| t >= rules.lag_threshold) => LagStatus::Lagging,
                 _ => LagStatus::Ok,
             };
@@ -217,8 +240,10 @@ impl GroupTracker {
                     time_lag,
                     timestamp,
                     commit_unchanged_for: o.committed.map(|_| unchanged_for),
-                    retention_margin,
-                    retention_eta,
+                    waiting_for,
+                    log_end_moved: end_moved,
+                    retention_margin: retention.map(|r| r.records),
+                    retention_eta: retention.and_then(|r| r.eta),
                     status,
                 },
                 commit_rate,
@@ -233,13 +258,14 @@ impl GroupTracker {
             .map(|h| now.saturating_duration_since(h.first_seen))
             .min()
             .unwrap_or_default();
-        self.diagnose(group, judged, rules, span)
+        self.diagnose(group, judged, members, rules, span)
     }
 
     fn diagnose(
         &self,
         group: &str,
         judged: Vec<Judged>,
+        members: Option<u32>,
         rules: &Rules,
         span: Duration,
     ) -> GroupReport {
@@ -274,6 +300,9 @@ impl GroupTracker {
                     .commit_unchanged_for
                     .is_some_and(|d| d >= rules.window)
             })
+            && lagging
+                .iter()
+                .all(|j| j.row.waiting_for.is_some_and(|d| d >= rules.window))
         {
             named = lagging.iter().map(|j| name(j)).collect();
             scaling = Scaling::Withheld {
@@ -300,9 +329,24 @@ impl GroupTracker {
             Diagnosis::KeepingUp
         } else if let Some(hot) = concentrated(&with_offsets, rules.skew_share) {
             named = hot.iter().map(|j| name(j)).collect();
+            // A hot partition whose commit is frozen over a static backlog
+            // (not `stalled`: its log end does not move) is more likely
+            // blocked than busy: say so.
+            let frozen = hot
+                .iter()
+                .filter(|j| j.row.waiting_for.is_some_and(|d| d >= rules.stall_after))
+                .count();
+            let frozen = if frozen > 0 {
+                format!(
+                    "; {frozen} of them committed nothing for {:.0?} or more while records wait (look for a blocked record or a hung worker)",
+                    rules.stall_after
+                )
+            } else {
+                String::new()
+            };
             scaling = Scaling::Withheld {
                 reason: format!(
-                    "{} of {} partitions carry most of the time lag; a partition is read by one consumer, so more replicas do not help (spread the hot keys, or process keys concurrently)",
+                    "{} of {} partitions carry most of the time lag; a partition is read by one consumer, so more replicas do not help (spread the hot keys, or process keys concurrently){frozen}",
                     hot.len(),
                     with_offsets.len()
                 ),
@@ -311,7 +355,14 @@ impl GroupTracker {
         } else if lagging.iter().filter(|j| j.falling).count() * 2 > lagging.len() {
             Diagnosis::KeepingUp
         } else {
-            scaling = suggest(rules, commit_rate, produce_rate, total_lag, partitions);
+            scaling = suggest(
+                rules,
+                members,
+                commit_rate,
+                produce_rate,
+                total_lag,
+                partitions,
+            );
             Diagnosis::ConsumerBound
         };
         let drain_time = if total_lag == 0 {
@@ -326,6 +377,7 @@ impl GroupTracker {
         GroupReport {
             group: group.to_owned(),
             partitions: judged.into_iter().map(|j| j.row).collect(),
+            members,
             diagnosis,
             named,
             total_lag,
@@ -367,8 +419,14 @@ fn concentrated<'a>(partitions: &[&'a Judged], share: f64) -> Option<Vec<&'a Jud
     None
 }
 
+/// The replica suggestion of a consumer-bound group: the throughput factor
+/// it needs, and with the current consumer count (the members the brokers
+/// describe, else [`Rules::current_replicas`]) the replicas for it, never
+/// above the partition count; withheld when there is no commit rate yet,
+/// or when the group already has a consumer per partition.
 fn suggest(
     rules: &Rules,
+    members: Option<u32>,
     commit_rate: f64,
     produce_rate: f64,
     total_lag: u64,
@@ -381,7 +439,17 @@ fn suggest(
     }
     let needed = produce_rate + total_lag as f64 / rules.drain_target.as_secs_f64().max(1e-3);
     let factor = needed / commit_rate;
-    let (replicas, capped) = match rules.current_replicas {
+    let current = members.filter(|&m| m > 0).or(rules.current_replicas);
+    if let Some(current) = current
+        && current >= partitions
+    {
+        return Scaling::Withheld {
+            reason: format!(
+                "the group has {current} consumers for {partitions} partitions: a partition is read by one consumer, so more replicas sit idle; it needs x{factor:.2} throughput per consumer (cheaper records, batching, ProcessingOrder::Key within a partition) or more partitions"
+            ),
+        };
+    }
+    let (replicas, capped) = match current {
         Some(current) => {
             let want = (f64::from(current) * factor).ceil().max(f64::from(current));
             let capped = want > f64::from(partitions);
@@ -394,6 +462,7 @@ fn suggest(
     };
     Scaling::Suggest {
         throughput_factor: factor,
+        current,
         replicas,
         capped,
     }
@@ -449,6 +518,7 @@ mod tests {
                 obs(1, Some(5), 0, 5, HeadRead::NotNeeded),
                 obs(2, None, 0, 5, HeadRead::NotNeeded),
             ],
+            None,
             &rules(),
             now,
             NOW_MS,
@@ -480,6 +550,7 @@ mod tests {
                     obs(0, Some(3), 0, 9, missing),
                     obs(1, Some(7), 0, 9, at(7, NOW_MS + 60_000)),
                 ],
+                None,
                 &rules(),
                 t0 + Duration::from_secs(i),
                 NOW_MS,
@@ -504,6 +575,7 @@ mod tests {
                 ),
                 obs(1, Some(7), 0, 9, at(7, NOW_MS + 60_000)),
             ],
+            None,
             &rules(),
             t0 + Duration::from_secs(4),
             NOW_MS,
@@ -521,6 +593,7 @@ mod tests {
             let r = g.evaluate(
                 "g",
                 &[obs(0, Some(1000), s * 100, 5000, at(1000, NOW_MS - 1000))],
+                None,
                 &rules(),
                 t0 + Duration::from_secs(s as u64),
                 NOW_MS,
@@ -536,6 +609,7 @@ mod tests {
         let r = g.evaluate(
             "g",
             &[obs(0, Some(1000), 1300, 5000, at(1300, NOW_MS - 1000))],
+            None,
             &rules(),
             t0 + Duration::from_secs(6),
             NOW_MS,
@@ -559,6 +633,7 @@ mod tests {
             last = Some(g.evaluate(
                 "g",
                 &f(c as i64),
+                None,
                 rules,
                 t0 + Duration::from_secs(c),
                 NOW_MS + c as i64 * 1000,
@@ -580,11 +655,12 @@ mod tests {
     }
 
     #[test]
-    fn dead_after_the_window_stuck_before() {
-        // Frozen commits, time lag growing with the clock.
-        let f = |_c: i64| {
+    fn frozen_while_the_log_end_moves_is_stalled_then_dead() {
+        // Commits frozen at 100, 10 records a second arriving, time lag
+        // growing with the clock.
+        let f = |c: i64| {
             (0..4)
-                .map(|p| obs(p, Some(100), 0, 200, at(100, NOW_MS - 5_000)))
+                .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
                 .collect::<Vec<_>>()
         };
         let mut g = GroupTracker::default();
@@ -594,11 +670,113 @@ mod tests {
             Diagnosis::Stuck,
             "frozen past stall_after, not yet the window"
         );
+        assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled
+            && p.log_end_moved
+            && p.waiting_for == Some(Duration::from_secs(6))));
         let r = run(&mut g, &rules(), 12, f);
         assert_eq!(r.diagnosis, Diagnosis::Dead);
         assert_eq!(r.named.len(), 4);
         assert!(matches!(r.scaling, Scaling::Withheld { .. }));
         assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled));
+    }
+
+    #[test]
+    fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
+        // Commits frozen at 100 over a backlog that does not grow (a killed
+        // consumer after the producers stopped): the record at the committed
+        // offset was stamped 25 s before the first cycle, so its time lag
+        // crosses the 30 s threshold at cycle 5.
+        let f = |_c: i64| {
+            (0..4)
+                .map(|p| obs(p, Some(100), 0, 200, at(100, NOW_MS - 25_000)))
+                .collect::<Vec<_>>()
+        };
+        let mut g = GroupTracker::default();
+        let r = run(&mut g, &rules(), 7, f);
+        for p in &r.partitions {
+            assert_eq!(p.status, LagStatus::Lagging, "{p:?}");
+            assert!(!p.log_end_moved);
+            assert_eq!(p.waiting_for, Some(Duration::from_secs(6)));
+        }
+        assert_ne!(r.diagnosis, Diagnosis::Stuck, "no log end moved");
+        let r = run(&mut g, &rules(), 12, f);
+        assert_eq!(r.diagnosis, Diagnosis::Dead, "dead covers a static backlog");
+        assert!(r.partitions.iter().all(|p| p.status == LagStatus::Lagging));
+
+        // Only transaction markers past the committed offset: nothing to
+        // read, time lag unknown, offset lag 1: `ok`, however long.
+        let r = run(&mut GroupTracker::default(), &rules(), 20, |_| {
+            vec![obs(0, Some(100), 0, 101, HeadRead::Unread)]
+        });
+        assert_eq!(r.partitions[0].status, LagStatus::Ok);
+        assert_eq!(r.partitions[0].offset_lag, Some(1));
+    }
+
+    #[test]
+    fn records_after_a_long_idle_spell_are_neither_stalled_nor_dead() {
+        // Idle (lag 0, commits unchanged) for 30 s, then records arrive and
+        // keep arriving: the stall clock starts when they do.
+        let mut g = GroupTracker::default();
+        let r = run(&mut g, &rules(), 31, |_| {
+            vec![obs(0, Some(100), 0, 100, HeadRead::NotNeeded)]
+        });
+        assert_eq!(r.diagnosis, Diagnosis::Idle);
+        let t0 = Instant::now() + Duration::from_secs(31);
+        for c in 0..3u64 {
+            let r = g.evaluate(
+                "g",
+                &[obs(0, Some(100), 0, 101 + c as i64, at(100, NOW_MS))],
+                None,
+                &rules(),
+                t0 + Duration::from_secs(c),
+                NOW_MS,
+            );
+            let p = &r.partitions[0];
+            assert!(
+                p.commit_unchanged_for.unwrap() >= Duration::from_secs(30),
+                "{p:?}"
+            );
+            assert_eq!(p.waiting_for, Some(Duration::from_secs(c)));
+            assert_eq!(p.status, LagStatus::Ok, "cycle {c}");
+            assert_ne!(r.diagnosis, Diagnosis::Dead, "cycle {c}");
+            assert_ne!(r.diagnosis, Diagnosis::Stuck, "cycle {c}");
+        }
+    }
+
+    #[test]
+    fn lag_counts_to_the_last_stable_offset_under_read_committed() {
+        use crate::monitor::reader::observation;
+        // 10 committed records, 5 of an open transaction above them; the
+        // group committed 10.
+        let marks = (0, 15, 10);
+        let o = observation("t", 0, marks, Some(10), true);
+        assert_eq!((o.end, o.high_watermark, o.last_stable), (10, 15, 10));
+        let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+        let p = &r.partitions[0];
+        assert_eq!(p.offset_lag, Some(0), "nothing readable waits");
+        assert_eq!(p.time_lag, Some(Duration::ZERO));
+        assert_eq!(p.timestamp, HeadTimestamp::CaughtUp);
+        assert_eq!((p.high_watermark, p.last_stable), (15, 10));
+        assert_eq!(r.diagnosis, Diagnosis::Idle);
+
+        // read_uncommitted: the open transaction's records wait.
+        let o = observation("t", 0, marks, Some(10), false);
+        assert_eq!(o.end, 15);
+        let o = Observation {
+            head: at(10, NOW_MS - 2_000),
+            ..o
+        };
+        let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+        let p = &r.partitions[0];
+        assert_eq!(p.offset_lag, Some(5));
+        assert_eq!(p.time_lag, Some(Duration::from_secs(2)));
+        assert_eq!(r.total_lag, 5);
+
+        // read_committed with 3 records committed above the group's offset
+        // and the open transaction beyond: lag 3, to the LSO.
+        let o = observation("t", 0, (0, 18, 13), Some(10), true);
+        let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+        assert_eq!(r.partitions[0].offset_lag, Some(3));
     }
 
     #[test]
@@ -671,12 +849,14 @@ mod tests {
         assert_eq!(r.diagnosis, Diagnosis::ConsumerBound);
         let Scaling::Suggest {
             throughput_factor,
+            current,
             replicas,
             capped,
         } = r.scaling
         else {
             panic!("{:?}", r.scaling)
         };
+        assert_eq!(current, Some(2), "current_replicas, without members");
         // Produce 800/s + backlog (4 x 5300) / 60 s = 1153/s over a commit rate of 400/s.
         assert!((throughput_factor - (800.0 + 21_200.0 / 60.0) / 400.0).abs() < 1e-6);
         assert_eq!(
@@ -686,6 +866,90 @@ mod tests {
         );
         assert!(capped);
         assert_eq!(r.drain_time, None, "commits slower than produce");
+    }
+
+    /// Every partition 60 s behind and rising, commits advancing, over 8
+    /// partitions, with `members` described by the brokers.
+    fn consumer_bound(rules: &Rules, members: Option<u32>) -> GroupReport {
+        let mut g = GroupTracker::default();
+        let t0 = Instant::now();
+        let mut last = None;
+        for c in 0..4i64 {
+            let obs: Vec<_> = (0..8)
+                .map(|p| {
+                    obs(
+                        p,
+                        Some(100 * c),
+                        0,
+                        120 * c + 1000,
+                        at(100 * c, NOW_MS - 60_000),
+                    )
+                })
+                .collect();
+            last = Some(g.evaluate(
+                "g",
+                &obs,
+                members,
+                rules,
+                t0 + Duration::from_secs(c as u64),
+                NOW_MS + c * 1000,
+            ));
+        }
+        let r = last.unwrap();
+        assert_eq!(r.diagnosis, Diagnosis::ConsumerBound, "{r:?}");
+        assert_eq!(r.members, members);
+        r
+    }
+
+    #[test]
+    fn the_suggestion_counts_from_the_members_never_above_the_partitions() {
+        // Produce 960/s + backlog (8 x 1060) / 60 s = 1101/s over a commit
+        // rate of 800/s: x1.38.
+        let factor = (960.0 + 8.0 * 1060.0 / 60.0) / 800.0;
+        let suggestion = |r: &GroupReport| match r.scaling {
+            Scaling::Suggest {
+                throughput_factor,
+                current,
+                replicas,
+                capped,
+            } => {
+                assert!((throughput_factor - factor).abs() < 1e-6);
+                (current, replicas, capped)
+            }
+            ref other => panic!("{other:?}"),
+        };
+        let rules = rules(); // current_replicas: Some(2)
+        // Three members described: ceil(3 x 1.38) = 5, the members win over
+        // current_replicas.
+        let r = consumer_bound(&rules, Some(3));
+        assert_eq!(suggestion(&r), (Some(3), Some(5), false));
+        // Six members: ceil(6 x 1.38) = 9, capped at the 8 partitions.
+        let r = consumer_bound(&rules, Some(6));
+        assert_eq!(suggestion(&r), (Some(6), Some(8), true));
+        // Members unknown (KIP-848, the mock broker) or none: the
+        // configured count, ceil(2 x 1.38) = 3.
+        for members in [None, Some(0)] {
+            let r = consumer_bound(&rules, members);
+            assert_eq!(suggestion(&r), (Some(2), Some(3), false));
+        }
+        // Nothing known: a throughput factor only.
+        let unknown = Rules {
+            current_replicas: None,
+            ..rules.clone()
+        };
+        let r = consumer_bound(&unknown, None);
+        assert_eq!(suggestion(&r), (None, None, false));
+        // Already a consumer per partition: withheld, with the reason.
+        for members in [8, 11] {
+            let r = consumer_bound(&rules, Some(members));
+            let Scaling::Withheld { reason } = &r.scaling else {
+                panic!("{:?}", r.scaling)
+            };
+            assert!(
+                reason.contains(&format!("{members} consumers for 8 partitions")),
+                "{reason}"
+            );
+        }
     }
 
     #[test]

@@ -35,7 +35,9 @@
 //! timestamp of the record at the committed offset, read once by a probe
 //! consumer that assigns the partition there (group id
 //! `fresh-consumer-monitor-probe`, never committed) and remembered until
-//! the committed offset moves. Time lag is now minus that timestamp. The
+//! the committed offset moves; and each group's member count (ListGroups
+//! and DescribeGroups, for the replica suggestion; asked no more once the
+//! brokers refuse it). Time lag is now minus that timestamp. The
 //! rules turning the samples into [`LagStatus`] and [`Diagnosis`] are
 //! documented on those types; [`GroupMonitor`] lists their thresholds.
 //!
@@ -331,9 +333,13 @@ impl GroupMonitor {
         self
     }
 
-    /// The group's current replica (consumer) count, which the monitor
-    /// cannot see without joining: with it [`Scaling::Suggest`] carries a
-    /// replica count, without it only a throughput factor. At least 1.
+    /// The group's current replica (consumer) count, for the replica
+    /// suggestion when the brokers do not describe the group's members
+    /// ([`GroupReport::members`] is `None`: KIP-848 consumer groups, brokers
+    /// without DescribeGroups such as librdkafka's mock broker, a missing
+    /// `DESCRIBE` ACL on the group). The members the brokers describe take
+    /// precedence. Without either, [`Scaling::Suggest`] carries only a
+    /// throughput factor. At least 1.
     pub fn current_replicas(mut self, replicas: u32) -> Self {
         self.current_replicas = Some(replicas);
         self
@@ -593,7 +599,16 @@ impl Monitor {
             .groups
             .iter()
             .zip(&mut self.trackers)
-            .map(|((group, obs), tracker)| tracker.evaluate(group, obs, &self.rules, now, now_ms))
+            .map(|(g, tracker)| {
+                tracker.evaluate(
+                    &g.group,
+                    &g.observations,
+                    g.members,
+                    &self.rules,
+                    now,
+                    now_ms,
+                )
+            })
             .collect();
         let report = MonitorReport {
             taken_at,

@@ -45,16 +45,67 @@ pub(crate) struct Reader {
     committed_view: BaseConsumer,
     /// One offset reader per watched group.
     groups: Vec<(String, BaseConsumer)>,
+    /// `false` once the brokers refused ListGroups/DescribeGroups for good:
+    /// they do not support it (librdkafka's mock broker) or the client may
+    /// not use it; the member count is then not asked for again.
+    describe_groups: bool,
     /// Reads the records at committed offsets.
     probe: BaseConsumer,
     /// Timestamps of records already read, by (topic, partition, offset).
     timestamps: HashMap<(String, i32, i64), RecordTimestamp>,
 }
 
+/// One group's reads in one cycle.
+pub(crate) struct GroupReads {
+    pub(crate) group: String,
+    pub(crate) observations: Vec<Observation>,
+    /// Members as the brokers describe the group, if they do.
+    pub(crate) members: Option<u32>,
+}
+
 /// One cycle's reads: per group, its observations.
 pub(crate) struct CycleReads {
-    pub(crate) groups: Vec<(String, Vec<Observation>)>,
+    pub(crate) groups: Vec<GroupReads>,
     pub(crate) records_read: u64,
+}
+
+/// One partition's observation from its offsets, before the record at the
+/// committed offset is read: the lag counts to the last stable offset under
+/// `read_committed` (records of open transactions cannot be read, so they
+/// do not wait), to the high watermark under `read_uncommitted`.
+pub(crate) fn observation(
+    topic: &str,
+    partition: i32,
+    (log_start, high_watermark, last_stable): (i64, i64, i64),
+    committed: Option<i64>,
+    read_committed: bool,
+) -> Observation {
+    Observation {
+        topic: topic.to_owned(),
+        partition,
+        committed,
+        log_start,
+        high_watermark,
+        last_stable,
+        end: if read_committed {
+            last_stable
+        } else {
+            high_watermark
+        },
+        head: HeadRead::NotNeeded,
+    }
+}
+
+/// The member count of a group as ListGroups/DescribeGroups describe it:
+/// `None` for a group the brokers call `Dead` (unknown to the classic
+/// protocol: it does not exist, or it is a KIP-848 consumer group) or do not
+/// list.
+fn members(list: &rdkafka::groups::GroupList, group: &str) -> Option<u32> {
+    let g = list.groups().iter().find(|g| g.name() == group)?;
+    if g.state().is_empty() || g.state().eq_ignore_ascii_case("dead") {
+        return None;
+    }
+    Some(g.members().len() as u32)
 }
 
 fn client(settings: &ReaderSettings, extra: &[(&str, &str)]) -> Result<BaseConsumer, MonitorError> {
@@ -112,6 +163,7 @@ impl Reader {
             uncommitted,
             committed_view,
             groups,
+            describe_groups: true,
             probe,
             timestamps: HashMap::new(),
         })
@@ -195,37 +247,56 @@ impl Reader {
             let got = reader
                 .committed_offsets(tpl.clone(), timeout)
                 .map_err(kafka("offset fetch"))?;
-            let obs: Vec<Observation> = marks
+            let observations: Vec<Observation> = marks
                 .iter()
                 .map(|(topic, p, start, high, stable)| {
                     let committed = match got.find_partition(topic, *p).map(|e| e.offset()) {
                         Some(Offset::Offset(o)) if o >= 0 => Some(o),
                         _ => None,
                     };
-                    let end = if self.settings.read_committed {
-                        *stable
-                    } else {
-                        *high
-                    };
-                    Observation {
-                        topic: topic.clone(),
-                        partition: *p,
+                    observation(
+                        topic,
+                        *p,
+                        (*start, *high, *stable),
                         committed,
-                        log_start: *start,
-                        high_watermark: *high,
-                        last_stable: *stable,
-                        end,
-                        head: HeadRead::NotNeeded,
-                    }
+                        self.settings.read_committed,
+                    )
                 })
                 .collect();
-            groups.push((group.clone(), obs));
+            let members = if self.describe_groups {
+                match reader.fetch_group_list(Some(group), timeout) {
+                    Ok(list) => members(&list, group),
+                    // Refused for good: not asked again.
+                    Err(KafkaError::GroupListFetch(
+                        code @ (RDKafkaErrorCode::UnsupportedFeature
+                        | RDKafkaErrorCode::UnsupportedVersion
+                        | RDKafkaErrorCode::GroupAuthorizationFailed
+                        | RDKafkaErrorCode::ClusterAuthorizationFailed),
+                    )) => {
+                        tracing::info!(error = %code, group = %group, "the brokers do not describe groups: the replica suggestion counts from current_replicas");
+                        self.describe_groups = false;
+                        None
+                    }
+                    // A timeout or a lost connection: asked again next cycle.
+                    Err(e) => {
+                        tracing::debug!(error = %e, group = %group, "describe group");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            groups.push(GroupReads {
+                group: group.clone(),
+                observations,
+                members,
+            });
         }
 
         // The records to read: the first at or after max(committed, log start).
         let mut wanted: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
-        for (_, obs) in &groups {
-            for o in obs {
+        for g in &groups {
+            for o in &g.observations {
                 if let Some(c) = o.committed
                     && o.end > c
                 {
@@ -244,8 +315,8 @@ impl Reader {
         self.timestamps.retain(|k, _| keep.contains(k));
         let records_read = self.read_records(&wanted)?;
 
-        for (_, obs) in &mut groups {
-            for o in obs {
+        for g in &mut groups {
+            for o in &mut g.observations {
                 if let Some(c) = o.committed
                     && o.end > c
                 {

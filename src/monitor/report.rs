@@ -29,6 +29,15 @@ pub struct GroupReport {
     pub group: String,
     /// Every partition of the watched topics, by topic then partition number.
     pub partitions: Vec<PartitionLag>,
+    /// The group's member (consumer) count, as the brokers describe the
+    /// group (ListGroups/DescribeGroups, one request per group and cycle):
+    /// `Some(0)` for a group without members (its consumers are gone);
+    /// `None` when the brokers do not describe it: a group of the KIP-848
+    /// consumer protocol (`group.protocol=consumer`), a broker without
+    /// DescribeGroups (librdkafka's mock broker), a missing ACL, or a group
+    /// that does not exist. The replica suggestion counts from it, else
+    /// from [`GroupMonitor::current_replicas`](crate::monitor::GroupMonitor::current_replicas).
+    pub members: Option<u32>,
     /// What is wrong, if anything (see [`Diagnosis`]).
     pub diagnosis: Diagnosis,
     /// The partitions the diagnosis is about: the frozen ones for
@@ -103,14 +112,29 @@ pub struct PartitionLag {
     /// monitor: a lower bound (the time since the monitor first saw it)
     /// until it changes once. `None` without a committed offset.
     pub commit_unchanged_for: Option<Duration>,
+    /// How long records have waited behind an unchanged committed offset:
+    /// the time since the later of the committed offset's last change and
+    /// the first cycle that saw the offset lag above zero (a lower bound
+    /// from the monitor's start). `None` while nothing waits. A partition
+    /// idle for an hour that receives a record starts at zero here, while
+    /// [`commit_unchanged_for`](Self::commit_unchanged_for) says an hour.
+    pub waiting_for: Option<Duration>,
+    /// The log end (the end the lag counts to) moved while records waited
+    /// behind the unchanged committed offset: with
+    /// [`waiting_for`](Self::waiting_for) at or above `stall_after`, the
+    /// partition is [`LagStatus::Stalled`].
+    pub log_end_moved: bool,
     /// Records retention may still delete before it reaches unread records:
     /// committed offset minus log start offset. Negative when records were
     /// deleted unread (out of range). `None` without a committed offset.
+    /// The in-process gauge `fresh_consumer.partition.retention.margin` is
+    /// the same number from inside a consumer.
     pub retention_margin: Option<i64>,
     /// Estimated time until the log start passes the committed offset:
     /// the margin divided by how much faster the log start moved than the
     /// committed offset over the window. `None` when the log start is not
-    /// gaining on the committed offset (or no movement was observed yet).
+    /// gaining on the committed offset (it did not move over the window, or
+    /// the commits move faster), or the margin is not positive.
     pub retention_eta: Option<Duration>,
     /// The partition's status.
     pub status: LagStatus,
@@ -162,12 +186,23 @@ pub enum LagStatus {
     /// Caught up, or behind by less than the lag threshold
     /// ([`GroupMonitor::lag_threshold`](crate::monitor::GroupMonitor::lag_threshold)).
     Ok,
-    /// The time lag is at or above the lag threshold while the committed
-    /// offset moves.
+    /// The time lag is at or above the lag threshold, and the partition is
+    /// not stalled. This includes a committed offset frozen over a static
+    /// backlog (records wait, but no new ones arrive): its time lag grows
+    /// with the clock, so it turns `lagging` at the latest `lag_threshold`
+    /// after the freeze began (see [`PartitionLag::waiting_for`] for how long
+    /// it has been frozen). It is not `stalled`: from outside, a consumer
+    /// that cannot commit past the records there (for example transaction
+    /// markers or aborted records, which a `read_committed` consumer never
+    /// receives, so the offset lag stays 1 or more on an idle transactional
+    /// partition; their time lag is unknown, and the status stays `ok`)
+    /// looks the same as a blocked one until new records arrive. A group
+    /// whose every commit is frozen this way is [`Diagnosis::Dead`].
     Lagging,
     /// The committed offset has not changed for at least
     /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) while
-    /// records wait (offset lag above zero).
+    /// records wait (offset lag above zero) **and** the log end moved in
+    /// that time: new records arrive, and the group does not take them.
     Stalled,
     /// The committed offset is below the log start: `deleted` records were
     /// deleted by retention before the group read them.
@@ -211,14 +246,17 @@ pub enum Diagnosis {
     NoOffsets,
     /// No record waits on any partition.
     Idle,
-    /// Records wait, and no partition's committed offset moved for longer
-    /// than the window ([`GroupMonitor::window`](crate::monitor::GroupMonitor::window)):
-    /// the consumers are down or hung. More replicas do not help.
+    /// Records wait, no partition's committed offset moved for longer
+    /// than the window ([`GroupMonitor::window`](crate::monitor::GroupMonitor::window)),
+    /// and the records have waited that long too (a group idle for an hour
+    /// that receives records is not dead at once): the consumers are down or
+    /// hung. Whether the log end moves does not matter. More replicas do
+    /// not help.
     Dead,
-    /// Some partitions' committed offsets are frozen (status
-    /// [`LagStatus::Stalled`]) while records wait on them: a poison record,
-    /// a hung worker, an unassigned partition. Named in
-    /// [`GroupReport::named`]. More replicas do not help.
+    /// Some partitions' committed offsets are frozen while their log end
+    /// moves (status [`LagStatus::Stalled`]): a poison record, a hung
+    /// worker, an unassigned partition. Named in [`GroupReport::named`].
+    /// More replicas do not help.
     Stuck,
     /// The group is behind (a time lag at or above the lag threshold) and
     /// one or few partitions carry most of the time lag: a hot key. A
@@ -271,21 +309,26 @@ pub enum Scaling {
         /// with the produce rate and drain the backlog within
         /// [`drain_target`](crate::monitor::GroupMonitor::drain_target).
         throughput_factor: f64,
+        /// The consumer count the suggestion starts from: the group's
+        /// members ([`GroupReport::members`]) when the brokers describe
+        /// them, else
+        /// [`current_replicas`](crate::monitor::GroupMonitor::current_replicas);
+        /// `None` when neither is known.
+        current: Option<u32>,
         /// Replicas for that throughput, assuming it scales linearly with
         /// the replica count: `ceil(current x throughput_factor)`, at least
-        /// the current count and never above the partition count. `None`
-        /// when the current count is unknown (the monitor does not join
-        /// the group; give it with
-        /// [`current_replicas`](crate::monitor::GroupMonitor::current_replicas)).
+        /// the current count and never above the partition count (of all
+        /// watched topics). `None` when the current count is unknown.
         replicas: Option<u32>,
         /// The partition count capped the suggestion: beyond it replicas
         /// sit idle.
         capped: bool,
     },
     /// More replicas would not help ([`Diagnosis::Skewed`],
-    /// [`Diagnosis::Stuck`], [`Diagnosis::Dead`]), or a
-    /// [`Diagnosis::ConsumerBound`] group's commit rate is not measured yet
-    /// (its first cycle).
+    /// [`Diagnosis::Stuck`], [`Diagnosis::Dead`], or a
+    /// [`Diagnosis::ConsumerBound`] group that already has a consumer per
+    /// partition), or a consumer-bound group's commit rate is not measured
+    /// yet (its first cycle).
     Withheld {
         /// Why, in one sentence.
         reason: String,
