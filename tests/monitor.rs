@@ -846,3 +846,81 @@ async fn lag_counts_to_the_last_stable_offset_under_read_committed() {
         .unwrap()
         .expect("aborted");
 }
+
+/// An idle transactional partition: its last record is a commit marker,
+/// which no consumer receives, so a consumer that handled everything
+/// commits the offset before it (offset lag 1 by the offsets). The probe
+/// reads past the marker to the end without a record: caught up, lag 0,
+/// and the group `idle` however long it stays so (it read `dead` once the
+/// window passed, before the probe told markers from records).
+///
+/// Real clusters only (`FRESH_CONSUMER_TEST_BOOTSTRAP`, with transactions
+/// enabled): librdkafka's mock broker writes no transaction markers
+/// (measured: high watermark 10 after a committed transaction of 10
+/// records). The rule itself is unit-tested in `monitor::judge`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_transactional_partition_is_caught_up_not_dead() {
+    use rdkafka::producer::{FutureProducer, Producer};
+    logs::init();
+    let cluster = TestCluster::start();
+    if cluster.mock().is_some() {
+        println!("skipped: the mock broker writes no transaction markers; needs a real cluster");
+        return;
+    }
+    let topic = cluster.topic("mon-txn", 1).await;
+    let group = unique("g-mon-txn");
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap())
+        .set("transactional.id", unique("tx-mon-txn"))
+        .create()
+        .expect("transactional producer");
+    let timeout = Duration::from_secs(10);
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || {
+        p.init_transactions(timeout)?;
+        p.begin_transaction()
+    })
+    .await
+    .unwrap()
+    .expect("transaction begun");
+    for i in 0..10 {
+        producer
+            .send(
+                FutureRecord::to(&topic)
+                    .partition(0)
+                    .key(&format!("t{i}"))
+                    .payload("committed"),
+                timeout,
+            )
+            .await
+            .expect("sent in the transaction");
+    }
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || p.commit_transaction(timeout))
+        .await
+        .unwrap()
+        .expect("committed");
+    let high = cluster.high_watermarks(&topic, 1).await[0];
+    println!("10 records in a committed transaction: high watermark {high}");
+    assert!(high > 10, "a commit marker follows the records: {high}");
+    // A consumer handled the 10 records and committed after the last.
+    cluster.commit_offset(&group, &topic, 0, 10).await;
+
+    let mut m = monitor(&cluster, &group, &topic)
+        .connect()
+        .await
+        .expect("connect");
+    let started = Instant::now();
+    let mut last = None;
+    // Past the window (1 s in `monitor`), several cycles.
+    while started.elapsed() < Duration::from_secs(3) || last.is_none() {
+        last = Some(m.cycle().await.expect("cycle"));
+    }
+    let r = last.unwrap();
+    let p0 = &r.groups[0].partitions[0];
+    assert_eq!(p0.committed, Some(10), "{p0:?}");
+    assert_eq!(p0.offset_lag, Some(0), "{p0:?}");
+    assert_eq!(p0.time_lag, Some(Duration::ZERO), "{p0:?}");
+    assert_eq!(p0.status, LagStatus::Ok, "{p0:?}");
+    assert_eq!(r.groups[0].diagnosis, Diagnosis::Idle, "{:?}", r.groups[0]);
+}

@@ -37,6 +37,10 @@ pub(crate) enum HeadRead {
     },
     /// The record could not be read in time.
     Unread,
+    /// The probe read to the end without a record: only records a consumer
+    /// never receives lie past the committed offset (transaction markers,
+    /// aborted transactions under `read_committed`). Nothing waits.
+    NothingReadable,
 }
 
 /// One partition as read in one cycle.
@@ -130,7 +134,12 @@ impl GroupTracker {
             }
             let unchanged_for =
                 now.saturating_duration_since(h.last_change.unwrap_or(h.first_seen));
-            let lag = o.committed.map(|c| (o.end - c).max(0) as u64);
+            // Offsets a consumer can never receive (transaction markers) are
+            // not lag: the probe read past them to the end.
+            let lag = match o.head {
+                HeadRead::NothingReadable => o.committed.map(|_| 0),
+                _ => o.committed.map(|c| (o.end - c).max(0) as u64),
+            };
             // The stall clock runs while the committed offset stays put with
             // records waiting: a record arriving on a partition idle for an
             // hour starts it at zero.
@@ -150,6 +159,7 @@ impl GroupTracker {
                     (lag == Some(0)).then_some(Duration::ZERO),
                 ),
                 HeadRead::Unread => (HeadTimestamp::Unread, None),
+                HeadRead::NothingReadable => (HeadTimestamp::CaughtUp, Some(Duration::ZERO)),
                 HeadRead::Read { offset, timestamp } => {
                     let new_record = h.last_head != Some(offset);
                     h.last_head = Some(offset);
@@ -710,6 +720,23 @@ mod tests {
         });
         assert_eq!(r.partitions[0].status, LagStatus::Ok);
         assert_eq!(r.partitions[0].offset_lag, Some(1));
+    }
+
+    #[test]
+    fn transaction_markers_the_probe_read_past_are_not_lag() {
+        // The committed offset sits before the last commit marker of an idle
+        // transactional partition; the probe reached the end without a
+        // record: caught up and idle, however long (it read `dead` before).
+        let r = run(&mut GroupTracker::default(), &rules(), 30, |_| {
+            vec![obs(0, Some(100), 0, 101, HeadRead::NothingReadable)]
+        });
+        let p = &r.partitions[0];
+        assert_eq!(
+            (p.status, p.offset_lag, p.time_lag),
+            (LagStatus::Ok, Some(0), Some(Duration::ZERO))
+        );
+        assert_eq!(p.timestamp, HeadTimestamp::CaughtUp);
+        assert_eq!(r.diagnosis, Diagnosis::Idle);
     }
 
     #[test]

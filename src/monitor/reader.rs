@@ -51,8 +51,20 @@ pub(crate) struct Reader {
     describe_groups: bool,
     /// Reads the records at committed offsets.
     probe: BaseConsumer,
-    /// Timestamps of records already read, by (topic, partition, offset).
-    timestamps: HashMap<(String, i32, i64), RecordTimestamp>,
+    /// What was read at (topic, partition, offset).
+    timestamps: HashMap<(String, i32, i64), Probed>,
+}
+
+/// What the probe found at or after an offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probed {
+    /// The first record's timestamp.
+    Record(RecordTimestamp),
+    /// The probe reached the end it reads to (`end`) without a record: only
+    /// records a consumer never receives lie between (transaction markers,
+    /// aborted transactions under `read_committed`). Valid while the end
+    /// stays `end`.
+    Nothing { end: i64 },
 }
 
 /// One group's reads in one cycle.
@@ -151,6 +163,8 @@ impl Reader {
                 ("queued.min.messages", "1"),
                 ("queued.max.messages.kbytes", "1024"),
                 ("fetch.wait.max.ms", "50"),
+                // Reaching the end without a record: nothing readable.
+                ("enable.partition.eof", "true"),
             ],
         )?;
         let groups = settings
@@ -295,8 +309,10 @@ impl Reader {
 
         // The records to read: the first at or after max(committed, log start).
         let mut wanted: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+        let mut ends: HashMap<(String, i32), i64> = HashMap::new();
         for g in &groups {
             for o in &g.observations {
+                ends.insert((o.topic.clone(), o.partition), o.end);
                 if let Some(c) = o.committed
                     && o.end > c
                 {
@@ -312,8 +328,15 @@ impl Reader {
             .iter()
             .flat_map(|((t, p), offs)| offs.iter().map(move |o| (t.clone(), *p, *o)))
             .collect();
-        self.timestamps.retain(|k, _| keep.contains(k));
-        let records_read = self.read_records(&wanted)?;
+        // A "nothing readable" holds while the end it was read to holds.
+        self.timestamps.retain(|k, probed| {
+            keep.contains(k)
+                && match probed {
+                    Probed::Nothing { end } => ends.get(&(k.0.clone(), k.1)) == Some(end),
+                    Probed::Record(_) => true,
+                }
+        });
+        let records_read = self.read_records(&wanted, &ends)?;
 
         for g in &mut groups {
             for o in &mut g.observations {
@@ -322,10 +345,11 @@ impl Reader {
                 {
                     let at = c.max(o.log_start);
                     o.head = match self.timestamps.get(&(o.topic.clone(), o.partition, at)) {
-                        Some(ts) => HeadRead::Read {
+                        Some(Probed::Record(ts)) => HeadRead::Read {
                             offset: at,
                             timestamp: *ts,
                         },
+                        Some(Probed::Nothing { .. }) => HeadRead::NothingReadable,
                         None => HeadRead::Unread,
                     };
                 }
@@ -342,6 +366,7 @@ impl Reader {
     fn read_records(
         &mut self,
         wanted: &BTreeMap<(String, i32), Vec<i64>>,
+        ends: &HashMap<(String, i32), i64>,
     ) -> Result<u64, MonitorError> {
         let deadline = Instant::now() + self.settings.read_timeout;
         let mut read = 0;
@@ -381,9 +406,38 @@ impl Reader {
                                 Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
                                 Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
                             };
-                            self.timestamps.insert((key.0.clone(), key.1, want), ts);
+                            self.timestamps
+                                .insert((key.0.clone(), key.1, want), Probed::Record(ts));
                             pending.remove(&key);
                             read += 1;
+                        }
+                    }
+                    Some(Err(KafkaError::PartitionEOF(partition))) => {
+                        // The event names the partition, not the topic: ask
+                        // the probe where each pending one of that number is.
+                        let positions = self.probe.position().ok();
+                        let done: Vec<(String, i32)> = pending
+                            .iter()
+                            .filter(|((topic, p), _)| {
+                                *p == partition
+                                    && positions
+                                        .as_ref()
+                                        .and_then(|tpl| tpl.find_partition(topic, *p))
+                                        .and_then(|e| match e.offset() {
+                                            Offset::Offset(o) => Some(o),
+                                            _ => None,
+                                        })
+                                        .zip(ends.get(&(topic.clone(), *p)))
+                                        .is_some_and(|(pos, end)| pos >= *end)
+                            })
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        for key in done {
+                            if let (Some(want), Some(&end)) = (pending.remove(&key), ends.get(&key))
+                            {
+                                self.timestamps
+                                    .insert((key.0, key.1, want), Probed::Nothing { end });
+                            }
                         }
                     }
                     Some(Err(e)) => {

@@ -144,7 +144,10 @@ pub struct PartitionLag {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadTimestamp {
     /// Nothing to read: the offset lag is zero (or there is no committed
-    /// offset).
+    /// offset), or the probe read from the committed offset to the end
+    /// without meeting a record a consumer receives (only transaction
+    /// markers or aborted records lie there; the offset lag is then
+    /// reported as 0).
     CaughtUp,
     /// `CreateTime`, milliseconds since the Unix epoch (set by the
     /// producer; replays and producer clocks can make it misleading).
@@ -192,12 +195,12 @@ pub enum LagStatus {
     /// with the clock, so it turns `lagging` at the latest `lag_threshold`
     /// after the freeze began (see [`PartitionLag::waiting_for`] for how long
     /// it has been frozen). It is not `stalled`: from outside, a consumer
-    /// that cannot commit past the records there (for example transaction
-    /// markers or aborted records, which a `read_committed` consumer never
-    /// receives, so the offset lag stays 1 or more on an idle transactional
-    /// partition; their time lag is unknown, and the status stays `ok`)
-    /// looks the same as a blocked one until new records arrive. A group
-    /// whose every commit is frozen this way is [`Diagnosis::Dead`].
+    /// that cannot commit past the records there looks the same as a
+    /// blocked one until new records arrive. A group whose every commit is
+    /// frozen this way is [`Diagnosis::Dead`]. Offsets a consumer never
+    /// receives (transaction markers, aborted records under
+    /// `read_committed`) are not such a backlog: the probe reads past them
+    /// to the end, and the partition is caught up with offset lag 0.
     Lagging,
     /// The committed offset has not changed for at least
     /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) while
