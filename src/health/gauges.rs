@@ -101,7 +101,7 @@ impl HealthInstruments {
         let stalled = {
             let hub = hub.clone();
             meter
-                .f64_observable_gauge(PARTITION_STALLED_DURATION)
+                .f64_observable_gauge(PARTITION_STALL_AGE)
                 .with_unit("s")
                 .with_description("Time since the committed offset last advanced while the lag is above zero; 0 otherwise.")
                 .with_callback(move |o| {
