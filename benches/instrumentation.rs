@@ -80,14 +80,8 @@ impl Replica {
                     base.iter().cloned().chain(extra.iter().cloned()).collect()
                 };
                 PartitionAttrs {
-                    consumed: with(&[
-                        KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
-                        KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
-                    ]),
-                    process_ok: with(&[
-                        KeyValue::new(MESSAGING_OPERATION_NAME, "process"),
-                        KeyValue::new(MESSAGING_OPERATION_TYPE, "process"),
-                    ]),
+                    consumed: with(&[KeyValue::new(MESSAGING_OPERATION_NAME, "poll")]),
+                    process_ok: with(&[KeyValue::new(MESSAGING_OPERATION_NAME, "process")]),
                     age_create: with(&[KeyValue::new(TIMESTAMP_TYPE, "create_time")]),
                 }
             })
@@ -96,7 +90,7 @@ impl Replica {
             .u64_counter(CONSUMED_MESSAGES)
             .with_unit("{message}")
             .build();
-        let process_duration = hist(PROCESS_DURATION, DURATION_BOUNDARIES);
+        let process_duration = hist(PROCESS_DURATION, MESSAGING_DURATION_BOUNDARIES);
         let event_age = hist(EVENT_AGE, EVENT_AGE_BOUNDARIES);
         Replica {
             consumed,

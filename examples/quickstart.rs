@@ -1,11 +1,28 @@
-//! Quickstart: a `FreshConsumer` on librdkafka's in-process mock broker.
+//! Quickstart: a `FreshConsumer` on librdkafka's in-process mock broker, or
+//! on your own cluster.
 //!
 //! ```text
 //! cargo run --example quickstart                      # demo workload, then a freshness table
 //! cargo run --example quickstart -- --records 10000   # a bigger demo workload
 //! cargo run --example quickstart -- --serve           # keep the broker up for other clients (kcat)
 //! cargo run --example quickstart -- --serve --exit-after-records 100
+//! cargo run --example quickstart -- --bootstrap kafka:9092              # the demo on your cluster
+//! cargo run --example quickstart -- --bootstrap kafka:9092 --topic orders \
+//!     -X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 \
+//!     -X sasl.username=me -X sasl.password=secret   # read an existing topic
 //! ```
+//!
+//! With `--bootstrap host:port` the example uses that cluster instead of the
+//! embedded broker. Every `-X key=value` is a librdkafka property given to
+//! every client the example creates (consumer, producer, admin), for
+//! security settings and the like. Without `--topic` it creates a topic of
+//! its own (3 partitions), runs the demo workload in it and deletes it at
+//! the end; with `--topic NAME` it reads that existing topic from the start
+//! and produces nothing, until Ctrl-C / SIGTERM or `--exit-after-records N`.
+//! On a cluster, the consumer group is a fresh `quickstart-…` one (or
+//! `--group NAME`), so no other group's offsets are touched. The cluster is
+//! checked first with a metadata request of at most 10 s: an unreachable
+//! cluster or a missing topic ends the run with a message and exit status 1.
 //!
 //! Demo mode (the default) starts a mock Kafka cluster inside this process,
 //! creates a 3-partition topic and produces a few thousand keyed records with a
@@ -34,13 +51,15 @@
 //! `fresh_consumer::otlp`.
 //!
 //! The mock broker comes from `examples/support/mock_broker.rs` (shared with
-//! the other examples and the benches). Against a real cluster, pass its
-//! bootstrap servers instead and drop the `fetch.wait.max.ms` setting.
+//! the other examples and the benches). On a cluster given with
+//! `--bootstrap`, the mock-only `fetch.wait.max.ms` setting is not applied.
 
 #[path = "support/cli.rs"]
 mod cli;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
+#[path = "support/names.rs"]
+mod names;
 
 use std::collections::{BTreeMap, HashSet};
 use std::error::Error;
@@ -58,15 +77,23 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMe
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Notify;
 
 use mock_broker::MockBroker;
 
+/// The topic on the embedded broker; on a cluster, the prefix of the topic
+/// the demo creates.
 const TOPIC: &str = "quickstart";
+/// Partitions of the topic the demo creates.
 const PARTITIONS: i32 = 3;
 const GROUP: &str = "quickstart";
+/// How long the first metadata request to a cluster given with
+/// `--bootstrap` may take before the run ends with "cannot reach".
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records produced in demo mode unless `--records N` says otherwise.
 const DEFAULT_RECORDS: u64 = 4_000;
 /// The hot key's share of the demo records, in percent.
@@ -85,40 +112,267 @@ const DEMO_DEADLINE: Duration = Duration::from_secs(45);
 struct Args {
     serve: bool,
     exit_after: Option<u64>,
-    records: u64,
+    records: Option<u64>,
+    /// A cluster of the user's instead of the embedded broker.
+    bootstrap: Option<String>,
+    /// librdkafka properties (`-X key=value`) for every client.
+    properties: Vec<(String, String)>,
+    /// An existing topic to read (no demo records are produced).
+    topic: Option<String>,
+    group: Option<String>,
 }
 
+impl Args {
+    /// Whether the demo workload runs (and must complete).
+    fn demo(&self) -> bool {
+        !self.serve && self.topic.is_none()
+    }
+}
+
+const USAGE: &str = "\
+usage: quickstart [--records N]
+       quickstart --serve [--exit-after-records N]
+       quickstart --bootstrap HOST:PORT [-X KEY=VALUE]... [--records N] [--group NAME]
+       quickstart --bootstrap HOST:PORT [-X KEY=VALUE]... --topic NAME [--exit-after-records N] [--group NAME]
+
+Without --bootstrap: an embedded mock Kafka broker. Without --serve, produce N
+(default 4000) demo records into it, consume them, print a freshness table.
+With --serve: keep the broker up, print its bootstrap address, consume what
+other clients (kcat) produce until Ctrl-C/SIGTERM or N records were handled.
+
+--bootstrap HOST:PORT  use this cluster instead (bootstrap.servers; a
+                       comma-separated list works too)
+-X KEY=VALUE           a librdkafka property for every client (repeatable),
+                       e.g. -X security.protocol=SASL_SSL
+--topic NAME           read this existing topic from the start, produce
+                       nothing; without it, the demo runs in a topic the
+                       example creates (and deletes at the end)
+--group NAME           the consumer group (default: a new quickstart-... one)
+
+OTEL_EXPORTER_OTLP_ENDPOINT set: also export the metrics over OTLP.";
+
 fn parse_args() -> Result<Args, String> {
+    parse_args_from(std::env::args().skip(1))
+}
+
+fn parse_args_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut args = Args {
         serve: false,
         exit_after: None,
-        records: DEFAULT_RECORDS,
+        records: None,
+        bootstrap: None,
+        properties: Vec::new(),
+        topic: None,
+        group: None,
     };
-    let mut it = std::env::args().skip(1);
+    let text = |flag: &str, value: Option<String>| {
+        value
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| format!("{flag} needs a value"))
+    };
+    let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--serve" => args.serve = true,
             "--exit-after-records" => args.exit_after = Some(cli::number(&arg, it.next())?),
-            "--records" => args.records = cli::number(&arg, it.next())?,
+            "--records" => args.records = Some(cli::number(&arg, it.next())?),
+            "--bootstrap" => args.bootstrap = Some(text(&arg, it.next())?),
+            "--topic" => args.topic = Some(text(&arg, it.next())?),
+            "--group" => args.group = Some(text(&arg, it.next())?),
+            "-X" => {
+                let kv = text(&arg, it.next())?;
+                let (key, value) = kv
+                    .split_once('=')
+                    .filter(|(k, _)| !k.trim().is_empty())
+                    .ok_or_else(|| format!("-X needs KEY=VALUE, got {kv:?}"))?;
+                args.properties
+                    .push((key.trim().to_owned(), value.to_owned()));
+            }
             "-h" | "--help" => {
-                println!(
-                    "usage: quickstart [--records N] | --serve [--exit-after-records N]\n\
-                     \n\
-                     Without --serve: produce N (default {DEFAULT_RECORDS}) demo records into an\n\
-                     embedded mock Kafka broker, consume them, print a freshness table.\n\
-                     With --serve: keep the broker up, print its bootstrap address, consume what\n\
-                     other clients (kcat) produce until Ctrl-C/SIGTERM or N records were handled.\n\
-                     OTEL_EXPORTER_OTLP_ENDPOINT set: also export the metrics over OTLP."
-                );
+                println!("{USAGE}");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
-    if args.exit_after.is_some() && !args.serve {
-        return Err("--exit-after-records only applies with --serve".into());
+    if args.serve && args.bootstrap.is_some() {
+        return Err(
+            "--serve keeps the embedded broker up; it does not apply with --bootstrap".into(),
+        );
+    }
+    if args.topic.is_some() && args.bootstrap.is_none() {
+        return Err("--topic reads an existing topic of the cluster given with --bootstrap".into());
+    }
+    if args.group.is_some() && args.bootstrap.is_none() {
+        return Err("--group applies with --bootstrap".into());
+    }
+    if args.exit_after.is_some() && !args.serve && args.topic.is_none() {
+        return Err("--exit-after-records only applies with --serve or --topic".into());
+    }
+    if args.records.is_some() && !args.demo() {
+        return Err(
+            "--records sets the demo workload; it does not apply with --serve or --topic".into(),
+        );
     }
     Ok(args)
+}
+
+/// What the example consumes: the cluster's address, the client properties,
+/// the topic and its partition count.
+struct Target {
+    bootstrap: String,
+    properties: Vec<(String, String)>,
+    topic: String,
+    partitions: i32,
+    /// The topic was created by this run (on a user's cluster: delete it at
+    /// the end).
+    created: bool,
+}
+
+impl Target {
+    /// A client configuration for this cluster: `bootstrap.servers` and
+    /// every `-X` property.
+    fn config(&self) -> ClientConfig {
+        client_config(&self.bootstrap, &self.properties)
+    }
+}
+
+fn client_config(bootstrap: &str, properties: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// An error of the user's cluster (unreachable, missing topic), with what to
+/// do about it.
+#[derive(Debug)]
+struct ClusterError(String);
+
+impl std::fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for ClusterError {}
+
+/// Asks the user's cluster for its metadata (the topic's, with `--topic`),
+/// waiting at most [`METADATA_TIMEOUT`]. Returns the broker count and, with
+/// `--topic`, the topic's partition count.
+async fn probe(
+    bootstrap: &str,
+    properties: &[(String, String)],
+    topic: Option<&str>,
+) -> Result<(usize, Option<i32>), Box<dyn Error>> {
+    let client: BaseConsumer = client_config(bootstrap, properties).create()?;
+    let topic_name = topic.map(str::to_owned);
+    // `fetch_metadata` blocks: keep it off the async worker threads.
+    let metadata = tokio::task::spawn_blocking(move || {
+        client.fetch_metadata(topic_name.as_deref(), METADATA_TIMEOUT)
+    })
+    .await?
+    .map_err(|e| {
+        ClusterError(format!(
+            "cannot reach the Kafka cluster at {bootstrap} within {}s: {e} (check the address, \
+             and the -X security properties the cluster needs)",
+            METADATA_TIMEOUT.as_secs()
+        ))
+    })?;
+    let brokers = metadata.brokers().len();
+    let Some(name) = topic else {
+        return Ok((brokers, None));
+    };
+    let found = metadata.topics().iter().find(|t| t.name() == name);
+    match found {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+            Ok((brokers, Some(t.partitions().len() as i32)))
+        }
+        Some(t) => {
+            let why = t
+                .error()
+                .map(|e| rdkafka::error::RDKafkaErrorCode::from(e).to_string())
+                .unwrap_or_else(|| "no partitions".to_owned());
+            Err(ClusterError(format!(
+                "topic {name:?} does not exist on {bootstrap} or is not readable ({why}); \
+                 --topic reads an existing topic (leave it out to run the demo in a topic \
+                 of its own)"
+            ))
+            .into())
+        }
+        None => Err(ClusterError(format!("topic {name:?} does not exist on {bootstrap}")).into()),
+    }
+}
+
+/// Creates the demo's topic on the user's cluster: a name of its own,
+/// [`PARTITIONS`] partitions, up to 3 replicas.
+async fn create_demo_topic(
+    bootstrap: &str,
+    properties: &[(String, String)],
+    brokers: usize,
+) -> Result<String, Box<dyn Error>> {
+    let name = names::unique(TOPIC);
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap, properties).create()?;
+    let replicas = brokers.clamp(1, 3) as i32;
+    let topic = NewTopic::new(&name, PARTITIONS, TopicReplication::Fixed(replicas));
+    // librdkafka gives up by itself after the request timeout (a broker
+    // without CreateTopics, such as librdkafka's mock, never answers).
+    let options = AdminOptions::new()
+        .operation_timeout(Some(METADATA_TIMEOUT))
+        .request_timeout(Some(METADATA_TIMEOUT));
+    let refused = |e: &dyn std::fmt::Display| {
+        ClusterError(format!(
+            "could not create topic {name:?} on {bootstrap}: {e} (pass --topic NAME to read \
+             an existing topic instead)"
+        ))
+    };
+    let results = tokio::time::timeout(
+        METADATA_TIMEOUT * 2,
+        admin.create_topics([&topic], &options),
+    )
+    .await
+    .map_err(|_| refused(&"no answer in time"))?
+    .map_err(|e| refused(&e))?;
+    for r in results {
+        r.map_err(|(_, code)| refused(&code))?;
+    }
+    Ok(name)
+}
+
+/// Deletes the topic the demo created on the user's cluster (best effort).
+async fn delete_demo_topic(target: &Target) {
+    let admin: Result<AdminClient<DefaultClientContext>, _> = target.config().create();
+    let Ok(admin) = admin else {
+        return;
+    };
+    let options = AdminOptions::new()
+        .operation_timeout(Some(METADATA_TIMEOUT))
+        .request_timeout(Some(METADATA_TIMEOUT));
+    let deleted = tokio::time::timeout(
+        METADATA_TIMEOUT * 2,
+        admin.delete_topics(&[target.topic.as_str()], &options),
+    )
+    .await;
+    match deleted {
+        Ok(Ok(results)) if results.iter().all(Result::is_ok) => {
+            println!("deleted topic {:?}", target.topic);
+        }
+        Ok(Ok(results)) => eprintln!(
+            "could not delete topic {:?}: {:?}",
+            target.topic,
+            results
+                .into_iter()
+                .filter_map(Result::err)
+                .collect::<Vec<_>>()
+        ),
+        Ok(Err(e)) => eprintln!("could not delete topic {:?}: {e}", target.topic),
+        Err(_) => eprintln!(
+            "could not delete topic {:?}: no answer in time",
+            target.topic
+        ),
+    }
 }
 
 #[tokio::main]
@@ -136,25 +390,93 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    // 1. The broker: librdkafka's mock cluster, in this process. It speaks
+    // 1. The broker: librdkafka's mock cluster, in this process (it speaks
     //    the Kafka protocol on a loopback port, so any Kafka client can
-    //    connect to it. It runs until `broker` is dropped.
-    let broker = MockBroker::start()?;
-    broker.create_topic(TOPIC, PARTITIONS)?;
-    let bootstrap = broker.bootstrap().to_owned();
+    //    connect to it; it runs until `cluster` is dropped), or the user's
+    //    cluster, checked with a bounded metadata request first.
+    // `broker` (the embedded one) lives until the end of this function.
+    let (broker, target) = match &args.bootstrap {
+        None => {
+            let broker = MockBroker::start()?;
+            broker.create_topic(TOPIC, PARTITIONS)?;
+            let target = Target {
+                bootstrap: broker.bootstrap().to_owned(),
+                properties: args.properties.clone(),
+                topic: TOPIC.to_owned(),
+                partitions: PARTITIONS,
+                created: false,
+            };
+            println!(
+                "mock Kafka broker: {}, topic {TOPIC:?} with {PARTITIONS} partitions",
+                target.bootstrap
+            );
+            (Some(broker), target)
+        }
+        Some(bootstrap) => {
+            let (brokers, partitions) =
+                probe(bootstrap, &args.properties, args.topic.as_deref()).await?;
+            let (topic, partitions, created) = match (&args.topic, partitions) {
+                (Some(topic), Some(partitions)) => (topic.clone(), partitions, false),
+                _ => (
+                    create_demo_topic(bootstrap, &args.properties, brokers).await?,
+                    PARTITIONS,
+                    true,
+                ),
+            };
+            println!(
+                "Kafka cluster: {bootstrap} ({brokers} broker(s)), topic {topic:?} with \
+                 {partitions} partitions{}",
+                if created {
+                    " (created for this run)"
+                } else {
+                    ""
+                }
+            );
+            let target = Target {
+                bootstrap: bootstrap.clone(),
+                properties: args.properties.clone(),
+                topic,
+                partitions,
+                created,
+            };
+            (None, target)
+        }
+    };
+    let result = consume(&args, broker.is_some(), &target).await;
+    if target.created {
+        delete_demo_topic(&target).await;
+    }
+    drop(broker);
+    result
+}
+
+/// Runs the consumer on `target` (and the demo producer, unless reading an
+/// existing topic or serving), then prints the report.
+/// `embedded`: `target` is the embedded mock broker.
+async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box<dyn Error>> {
+    let records = args.records.unwrap_or(DEFAULT_RECORDS);
+    let group = match (&args.group, embedded) {
+        (Some(group), _) => group.clone(),
+        (None, true) => GROUP.to_owned(),
+        // A group of its own: no other group's offsets are touched, and the
+        // topic is read from the start (`auto.offset.reset=earliest`).
+        (None, false) => names::unique(GROUP),
+    };
 
     // 2. Metrics: one provider, one in-process reader for the table printed at
     //    the end, plus an OTLP exporter when an endpoint is configured.
-    let ages = AgeReader::default();
+    let ages = AgeReader::new(&target.topic);
     let (provider, otlp_endpoint) = meter_provider(&ages)?;
 
     // 3. The handler and the stop condition.
-    let target = if args.serve {
-        args.exit_after
+    let stop_after = if args.demo() {
+        Some(records)
     } else {
-        Some(args.records)
+        args.exit_after
     };
-    let state = Arc::new(State::new(target));
+    // Simulated failures only in the demo's own records, never in a topic
+    // of the user's.
+    let state = Arc::new(State::new(target.partitions, stop_after, args.demo()));
     let handler = {
         let state = Arc::clone(&state);
         move |record: Record| {
@@ -163,36 +485,44 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         }
     };
 
-    println!("mock Kafka broker: {bootstrap}, topic {TOPIC:?} with {PARTITIONS} partitions");
     if let Some(endpoint) = &otlp_endpoint {
         println!("exporting metrics over OTLP to {endpoint}");
     }
+    let bootstrap = &target.bootstrap;
+    let topic = &target.topic;
     let started = Instant::now();
-    let (producer_task, progress_task) = if args.serve {
-        // Lines for scripts (see .ci/run) and a command for people.
-        println!("bootstrap={bootstrap}");
-        println!("topic={TOPIC}");
-        println!(
-            "serving: produce with `kcat -P -b {bootstrap} -t {TOPIC} -K:` (lines key:value); \
-             Ctrl-C to stop{}",
-            args.exit_after
-                .map(|n| format!(", or stops after {n} records"))
-                .unwrap_or_default()
-        );
+    let (producer_task, progress_task) = if !args.demo() {
+        if args.serve {
+            // Lines for scripts (see .ci/run) and a command for people.
+            println!("bootstrap={bootstrap}");
+            println!("topic={topic}");
+            println!(
+                "serving: produce with `kcat -P -b {bootstrap} -t {topic} -K:` (lines key:value); \
+                 Ctrl-C to stop{}",
+                args.exit_after
+                    .map(|n| format!(", or stops after {n} records"))
+                    .unwrap_or_default()
+            );
+        } else {
+            println!(
+                "reading topic {topic:?} from the start as group {group:?}; nothing is produced; \
+                 Ctrl-C to stop{}",
+                args.exit_after
+                    .map(|n| format!(", or stops after {n} records"))
+                    .unwrap_or_default()
+            );
+        }
         (None, Some(tokio::spawn(progress(Arc::clone(&state)))))
     } else {
         println!(
-            "producing {} records: key {HOT_KEY:?} carries {HOT_KEY_PERCENT}%, \
-             {LATE_PERCENT}% are stamped minutes old",
-            args.records
+            "producing {records} records: key {HOT_KEY:?} carries {HOT_KEY_PERCENT}%, \
+             {LATE_PERCENT}% are stamped minutes old"
         );
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("linger.ms", "5")
-            .create()?;
+        let producer: FutureProducer = target.config().set("linger.ms", "5").create()?;
         let state = Arc::clone(&state);
+        let topic = topic.clone();
         let task = tokio::spawn(async move {
-            let produced = produce_demo(producer, args.records).await;
+            let produced = produce_demo(producer, &topic, records).await;
             if produced.is_err() {
                 // Nothing more will arrive: do not wait for the deadline.
                 state.abort.notify_one();
@@ -202,21 +532,27 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         (Some(task), None)
     };
 
-    let consumer = FreshConsumer::new(handler)
+    let mut consumer = FreshConsumer::new(handler)
         .bootstrap_servers(bootstrap.clone())
-        .group_id(GROUP)
-        .topics([TOPIC])
-        // The mock broker holds an empty fetch for the full `fetch.wait.max.ms`
-        // (default 500 ms) even when data arrives meanwhile; a real broker
-        // answers early. Keep it short so the ages reflect the handler.
-        .set("fetch.wait.max.ms", "20")
+        .group_id(group.clone())
+        .topics([topic.clone()])
         .commit_interval(Duration::from_millis(200))
         .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
         .shutdown_timeout(Duration::from_secs(10))
         .meter_provider(&provider);
+    if embedded {
+        // The mock broker holds an empty fetch for the full
+        // `fetch.wait.max.ms` (default 500 ms) even when data arrives
+        // meanwhile; a real broker answers early. Keep it short so the ages
+        // reflect the handler.
+        consumer = consumer.set("fetch.wait.max.ms", "20");
+    }
+    for (key, value) in &target.properties {
+        consumer = consumer.set(key.clone(), value.clone());
+    }
 
     let summary = consumer
-        .run_until(stop_signal(Arc::clone(&state), !args.serve))
+        .run_until(stop_signal(Arc::clone(&state), args.demo()))
         .await?;
     let elapsed = started.elapsed();
     if let Some(task) = progress_task {
@@ -234,21 +570,20 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
 
     // The consumer flushed the provider at shutdown, so the in-process reader
     // holds the final (cumulative) histograms.
-    let end_offsets = log_end_offsets(&bootstrap).await;
-    print_report(&state, &summary, &ages, &end_offsets, elapsed);
+    let end_offsets = log_end_offsets(target).await;
+    print_report(&state, &summary, &ages, target, &end_offsets, elapsed);
 
     if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
         eprintln!("metrics: {}", cli::chain(&e));
     }
-    drop(broker);
 
     // The demo doubles as a smoke test: everything produced must have been
     // handled, and every partition committed up to its log end.
-    if !args.serve {
+    if args.demo() {
         let handled = state.total.load(Ordering::Relaxed);
-        let committed_to_end = (0..PARTITIONS).all(|p| {
+        let committed_to_end = (0..target.partitions).all(|p| {
             let committed = summary.committed.get(&TopicPartition {
-                topic: TOPIC.to_owned(),
+                topic: topic.clone(),
                 partition: p,
             });
             match end_offsets[p as usize] {
@@ -257,11 +592,11 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 None => false,
             }
         });
-        if handled != args.records || !committed_to_end {
+        if handled != records || !committed_to_end {
             return Err(format!(
-                "demo incomplete: {handled} of {} records handled; committed offsets {:?}, \
+                "demo incomplete: {handled} of {records} records handled; committed offsets {:?}, \
                  log end offsets {end_offsets:?}",
-                args.records, summary.committed
+                summary.committed
             )
             .into());
         }
@@ -276,6 +611,9 @@ struct State {
     hot_partition: AtomicI32,
     total: AtomicU64,
     failed_once: Mutex<HashSet<(i32, i64)>>,
+    /// Whether the handler fails now and then on a first attempt (demo
+    /// records only).
+    simulate_failures: bool,
     target: Option<u64>,
     /// Notified when `target` records were handled.
     done: Notify,
@@ -284,12 +622,13 @@ struct State {
 }
 
 impl State {
-    fn new(target: Option<u64>) -> Self {
+    fn new(partitions: i32, target: Option<u64>, simulate_failures: bool) -> Self {
         State {
-            handled: (0..PARTITIONS).map(|_| AtomicU64::new(0)).collect(),
+            handled: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             hot_partition: AtomicI32::new(-1),
             total: AtomicU64::new(0),
             failed_once: Mutex::new(HashSet::new()),
+            simulate_failures,
             target,
             done: Notify::new(),
             abort: Notify::new(),
@@ -303,7 +642,8 @@ impl State {
     async fn handle(&self, record: Record) -> Result<(), std::io::Error> {
         tokio::time::sleep(WORK).await;
         let id = (record.partition(), record.offset());
-        if record.offset() % FAIL_EVERY == FAIL_EVERY - 1
+        if self.simulate_failures
+            && record.offset() % FAIL_EVERY == FAIL_EVERY - 1
             && self.failed_once.lock().unwrap().insert(id)
         {
             return Err(std::io::Error::new(
@@ -373,7 +713,7 @@ async fn progress(state: Arc<State>) {
 
 /// Demo workload: `n` keyed records, produced at a steady pace over about two
 /// seconds while the consumer runs. Returns how many were acknowledged.
-async fn produce_demo(producer: FutureProducer, n: u64) -> Result<u64, String> {
+async fn produce_demo(producer: FutureProducer, topic: &str, n: u64) -> Result<u64, String> {
     let now_ms = || {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -398,7 +738,7 @@ async fn produce_demo(producer: FutureProducer, n: u64) -> Result<u64, String> {
             r#"{{"order":{i},"customer":"{key}","amount_cents":{}}}"#,
             100 + rng.below(9_900)
         );
-        let mut record = FutureRecord::to(TOPIC).key(&key).payload(&payload);
+        let mut record = FutureRecord::to(topic).key(&key).payload(&payload);
         if rng.below(100) < LATE_PERCENT {
             // A late event: it happened 1 to 10 minutes ago.
             let age_ms = 60_000 + rng.below(540_000) as i64;
@@ -519,12 +859,23 @@ impl AgeHistogram {
 /// It sits behind a `PeriodicReader` and is exported to whenever the provider
 /// is flushed. (opentelemetry_sdk 0.33's `ManualReader` would do the same but
 /// needs the `experimental_metrics_custom_reader` feature.)
-#[derive(Clone, Default)]
-struct AgeReader(Arc<Mutex<BTreeMap<i32, AgeHistogram>>>);
+#[derive(Clone)]
+struct AgeReader {
+    /// The topic whose partitions are read.
+    topic: Arc<str>,
+    ages: Arc<Mutex<BTreeMap<i32, AgeHistogram>>>,
+}
 
 impl AgeReader {
+    fn new(topic: &str) -> Self {
+        AgeReader {
+            topic: topic.into(),
+            ages: Arc::default(),
+        }
+    }
+
     fn snapshot(&self) -> BTreeMap<i32, AgeHistogram> {
-        self.0.lock().unwrap().clone()
+        self.ages.lock().unwrap().clone()
     }
 }
 
@@ -547,7 +898,7 @@ impl PushMetricExporter for AgeReader {
                         .find(|kv| kv.key.as_str() == key)
                         .map(|kv| kv.value.as_str().into_owned())
                 };
-                if attr(MESSAGING_DESTINATION_NAME).as_deref() != Some(TOPIC) {
+                if attr(MESSAGING_DESTINATION_NAME).as_deref() != Some(&*self.topic) {
                     continue;
                 }
                 let Some(partition) =
@@ -563,7 +914,7 @@ impl PushMetricExporter for AgeReader {
                 );
             }
         }
-        *self.0.lock().unwrap() = per_partition;
+        *self.ages.lock().unwrap() = per_partition;
         Ok(())
     }
 
@@ -581,33 +932,34 @@ impl PushMetricExporter for AgeReader {
 }
 
 /// The high watermark (log end offset) of each partition, read from the broker.
-async fn log_end_offsets(bootstrap: &str) -> Vec<Option<i64>> {
-    let bootstrap = bootstrap.to_owned();
+async fn log_end_offsets(target: &Target) -> Vec<Option<i64>> {
+    let config = target.config();
+    let topic = target.topic.clone();
+    let partitions = target.partitions;
     // `fetch_watermarks` blocks: keep it off the async worker threads.
     tokio::task::spawn_blocking(move || {
-        let client: Result<BaseConsumer, _> = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create();
+        let client: Result<BaseConsumer, _> = config.create();
         let Ok(client) = client else {
-            return vec![None; PARTITIONS as usize];
+            return vec![None; partitions as usize];
         };
-        (0..PARTITIONS)
+        (0..partitions)
             .map(|p| {
                 client
-                    .fetch_watermarks(TOPIC, p, Duration::from_secs(5))
+                    .fetch_watermarks(&topic, p, Duration::from_secs(5))
                     .ok()
                     .map(|(_, high)| high)
             })
             .collect()
     })
     .await
-    .unwrap_or_else(|_| vec![None; PARTITIONS as usize])
+    .unwrap_or_else(|_| vec![None; partitions as usize])
 }
 
 fn print_report(
     state: &State,
     summary: &RunSummary,
     ages: &AgeReader,
+    target: &Target,
     end_offsets: &[Option<i64>],
     elapsed: Duration,
 ) {
@@ -626,12 +978,12 @@ fn print_report(
         "p99 age",
         "max age"
     );
-    for p in 0..PARTITIONS {
+    for p in 0..target.partitions {
         let handled = state.handled[p as usize].load(Ordering::Relaxed);
         let committed = summary
             .committed
             .get(&TopicPartition {
-                topic: TOPIC.to_owned(),
+                topic: target.topic.clone(),
                 partition: p,
             })
             .copied();

@@ -368,13 +368,7 @@ impl Sampler {
 }
 
 fn process_attrs(base: &Attrs, error_type: Option<&str>) -> Attrs {
-    let mut a = with(
-        base,
-        &[
-            (MESSAGING_OPERATION_NAME, "process"),
-            (MESSAGING_OPERATION_TYPE, "process"),
-        ],
-    );
+    let mut a = with(base, &[(MESSAGING_OPERATION_NAME, "process")]);
     if let Some(e) = error_type {
         a.insert(ERROR_TYPE.to_owned(), e.to_owned());
     }
@@ -386,7 +380,6 @@ fn sent_attrs(dlq: &str) -> Attrs {
         (MESSAGING_SYSTEM, "kafka"),
         (MESSAGING_DESTINATION_NAME, dlq),
         (MESSAGING_OPERATION_NAME, "send"),
-        (MESSAGING_OPERATION_TYPE, "send"),
     ])
 }
 

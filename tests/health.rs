@@ -554,10 +554,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     wait_until(WAIT, "stall over the wire", || async {
         receiver.point(PARTITION_STATUS, &with(&p1a, &[(STATUS, "stall")])) == Some(1.0)
             && receiver.point(PARTITION_STATUS, &with(&p1a, &[(STATUS, "ok")])) == Some(0.0)
-            && receiver
-                .point(PARTITION_STALLED_DURATION, &p1a)
-                .unwrap_or(0.0)
-                >= 2.0
+            && receiver.point(PARTITION_STALL_AGE, &p1a).unwrap_or(0.0) >= 2.0
     })
     .await;
     let p0a = partition_attrs(&topic, 0, &group);
@@ -565,7 +562,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
         receiver.point(PARTITION_STATUS, &with(&p0a, &[(STATUS, "ok")])),
         Some(1.0)
     );
-    assert_eq!(receiver.point(PARTITION_STALLED_DURATION, &p0a), Some(0.0));
+    assert_eq!(receiver.point(PARTITION_STALL_AGE, &p0a), Some(0.0));
     // No success for 3 s while records wait joins the reasons.
     let s = wait_snapshot(&run.health, WAIT, "no success reported", |s| {
         s.partition(&topic, 1).is_some_and(|p| {
@@ -984,13 +981,13 @@ async fn an_idle_topic_stays_healthy() {
                 Some(0.0)
             );
         }
-        assert_eq!(receiver.point(PARTITION_STALLED_DURATION, &pa), Some(0.0));
+        assert_eq!(receiver.point(PARTITION_STALL_AGE, &pa), Some(0.0));
     }
     // Shapes over the wire: kind, unit, string attribute values.
     for (name, kind, unit) in [
         (PARTITION_LAG, "gauge", "{message}"),
         (PARTITION_HEAD_AGE, "gauge", "s"),
-        (PARTITION_STALLED_DURATION, "gauge", "s"),
+        (PARTITION_STALL_AGE, "gauge", "s"),
         (PARTITION_STATUS, "gauge", "1"),
         (ASSIGNMENT_SIZE, "gauge", "{partition}"),
         (REBALANCES, "sum", "{event}"),

@@ -198,7 +198,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
             CLIENT_OPERATION_DURATION,
             "histogram",
             "s",
-            "Duration of offset commits.",
+            "Duration of messaging operation initiated by a producer or consumer client.",
         ),
     ];
     for (name, want_kind, unit, description) in expected {
@@ -221,8 +221,12 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         if kind(&m) == "histogram" {
             let (points, temporality) = histogram_points(&m);
             assert_eq!(temporality, 2, "{name}: cumulative");
+            // The messaging conventions' advice for `messaging.*`
+            // durations; the library's own ones resolve 1 ms to 10 min.
             let want = if name == EVENT_AGE {
                 EVENT_AGE_BOUNDARIES
+            } else if name.starts_with("messaging.") {
+                MESSAGING_DURATION_BOUNDARIES
             } else {
                 DURATION_BOUNDARIES
             };
@@ -300,20 +304,15 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     // Records received, per partition.
     let consumed = receiver.metric(CONSUMED_MESSAGES);
     assert_eq!(sum_shape(&consumed), (true, 2), "monotonic, cumulative");
-    let poll = [
-        (MESSAGING_OPERATION_NAME, "poll"),
-        (MESSAGING_OPERATION_TYPE, "receive"),
-    ];
+    // The convention lists no `messaging.operation.type` for this counter.
+    let poll = [(MESSAGING_OPERATION_NAME, "poll")];
     assert_eq!(number_value_with(&consumed, &with(&p0, &poll)), 1.0);
     assert_eq!(number_value_with(&consumed, &with(&p1, &poll)), 5.0);
     assert_eq!(number_points(&consumed).len(), 2);
 
     // One point per attempt, none failed.
     let process = receiver.metric(PROCESS_DURATION);
-    let ok = [
-        (MESSAGING_OPERATION_NAME, "process"),
-        (MESSAGING_OPERATION_TYPE, "process"),
-    ];
+    let ok = [(MESSAGING_OPERATION_NAME, "process")];
     assert_eq!(histogram_point_with(&process, &with(&p0, &ok)).count, 1);
     assert_eq!(histogram_point_with(&process, &with(&p1, &ok)).count, 5);
     assert_eq!(
@@ -334,10 +333,19 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     assert!(gaps.count >= 1, "{gaps:?}");
     assert_eq!(histogram_points(&poll_interval).0.len(), 1);
 
-    // Commits: one point per success, as many as the run counted.
+    // Client operations: commits (settle) and polls (receive).
     let commits = receiver.metric(CLIENT_OPERATION_DURATION);
     let (points, _) = histogram_points(&commits);
-    assert_eq!(points.len(), 1, "no failed commits: {points:?}");
+    let commit_points = points
+        .iter()
+        .filter(|p| {
+            p.attributes
+                .get(MESSAGING_OPERATION_NAME)
+                .map(String::as_str)
+                == Some("commit")
+        })
+        .count();
+    assert_eq!(commit_points, 1, "no failed commits: {points:?}");
     let commit = histogram_point_with(
         &commits,
         &with(
@@ -350,7 +358,69 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     );
     assert_eq!(commit.count, summary.commits, "{summary:?}");
     assert!(commit.count >= 1);
+    // Polls: each partition's own queue (split by default) was polled;
+    // every poll returned at least one record, so there are at most as many
+    // polls as records (1 on partition 0, 5 on partition 1), and every point
+    // is a poll of one partition or a commit.
+    let receive = [
+        (MESSAGING_OPERATION_NAME, "poll"),
+        (MESSAGING_OPERATION_TYPE, "receive"),
+    ];
+    let polls0 = histogram_point_with(&commits, &with(&p0, &receive));
+    let polls1 = histogram_point_with(&commits, &with(&p1, &receive));
+    assert_eq!(polls0.count, 1, "{polls0:?}");
+    assert!((1..=5).contains(&polls1.count), "{polls1:?}");
+    assert_eq!(points.len(), 3, "{points:?}");
 
+    shutdown(&provider).await;
+}
+
+/// With the partitions' queues not split, the poll loop reads every record
+/// from librdkafka's main queue: its polls are
+/// `messaging.client.operation.duration` points with the group's attributes
+/// (one poll can return several partitions' records), one per poll that
+/// returned records, and none per partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_of_the_main_queue_carry_the_group_attributes() {
+    let (receiver, provider) = wire().await;
+    let (cluster, topic, group) = TestCluster::with_topic("wire-main", 2).await;
+    cluster.produce_many(&topic, 2, 10).await;
+    let seen = Seen::default();
+    let run = start(
+        cluster
+            .consumer(&group, &topic, recorder(&seen))
+            .split_partition_queues(false)
+            .meter_provider(&provider),
+    );
+    wait_until(WAIT, "the 20 records handled", || async {
+        seen.len() == 20
+    })
+    .await;
+    let summary = run.stop().await;
+    assert_eq!(summary.records_succeeded, 20);
+
+    let operations = receiver.metric(CLIENT_OPERATION_DURATION);
+    let polls = histogram_point_with(
+        &operations,
+        &with(
+            &group_attrs(&group),
+            &[
+                (MESSAGING_OPERATION_NAME, "poll"),
+                (MESSAGING_OPERATION_TYPE, "receive"),
+            ],
+        ),
+    );
+    assert!((1..=20).contains(&polls.count), "{polls:?}");
+    let (points, _) = histogram_points(&operations);
+    assert!(
+        points.iter().all(|p| !p
+            .attributes
+            .contains_key(MESSAGING_DESTINATION_PARTITION_ID)),
+        "no per-partition polls without split queues: {points:?}"
+    );
+    for p in &points {
+        assert_eq!(p.bounds, MESSAGING_DURATION_BOUNDARIES);
+    }
     shutdown(&provider).await;
 }
 
@@ -518,10 +588,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
     // Attempts: one success per record; two handler errors and one panic on
     // partition 0; every attempt of the poison record on partition 1.
     let process = receiver.metric(PROCESS_DURATION);
-    let op = [
-        (MESSAGING_OPERATION_NAME, "process"),
-        (MESSAGING_OPERATION_TYPE, "process"),
-    ];
+    let op = [(MESSAGING_OPERATION_NAME, "process")];
     let err = |kind: &'static str| {
         let mut a: Vec<(&str, &str)> = op.to_vec();
         a.push((ERROR_TYPE, kind));
@@ -959,6 +1026,16 @@ async fn failed_commits_carry_the_kafka_error_name() {
     assert_eq!(summary.commit_failures, 1, "{summary:?}");
 
     let commits = receiver.metric(CLIENT_OPERATION_DURATION);
+    let polls = histogram_points(&commits)
+        .0
+        .iter()
+        .filter(|p| {
+            p.attributes
+                .get(MESSAGING_OPERATION_NAME)
+                .map(String::as_str)
+                == Some("poll")
+        })
+        .count();
     let base = with(
         &group_attrs(&group),
         &[
@@ -972,6 +1049,6 @@ async fn failed_commits_carry_the_kafka_error_name() {
     );
     assert_eq!(failed.count, 1);
     assert_eq!(histogram_point_with(&commits, &base).count, summary.commits);
-    assert_eq!(histogram_points(&commits).0.len(), 2);
+    assert_eq!(histogram_points(&commits).0.len(), 2 + polls);
     shutdown(&provider).await;
 }

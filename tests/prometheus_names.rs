@@ -570,10 +570,10 @@ fn rules_and_docs_use_only_names_the_library_exports() {
     for m in [
         "fresh_consumer.slo.messages",
         "fresh_consumer.partition.head.age",
-        "fresh_consumer.partition.stalled.duration",
+        "fresh_consumer.partition.stall.age",
         "fresh_consumer.retention.overrun.messages",
         "fresh_consumer.poll.interval.warnings",
-        "fresh_consumer.poll.interval.exceeded",
+        "fresh_consumer.poll.interval.exceeded.events",
     ] {
         let metric = metrics
             .iter()

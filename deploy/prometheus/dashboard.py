@@ -68,7 +68,7 @@ PANELS = [
         (f'max by ({PART}) (fresh_consumer_partition_lag{{{GT}, fresh_consumer_lag_position="committed"}})', "{{messaging_destination_name}}/{{messaging_destination_partition_id}}"),
     ], {}),
     ("Stalled for", "s", [
-        (f"max by ({PART}) (fresh_consumer_partition_stalled_duration_seconds{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}}"),
+        (f"max by ({PART}) (fresh_consumer_partition_stall_age_seconds{{{GT}}})", "{{messaging_destination_name}}/{{messaging_destination_partition_id}}"),
         (f"fresh_consumer:stalled_limit:seconds{{{GT}}}", "{{messaging_destination_name}} limit"),
     ], {}),
     ("Partitions not OK, and blocked", "short", [
@@ -96,7 +96,7 @@ PANELS = [
     ("Poll gaps", "s", [
         (f"histogram_quantile(0.99, sum by (le, instance) (rate(fresh_consumer_poll_interval_seconds_bucket{{{G}}}[{RI}])))", "{{instance}} p99 gap"),
         (f"sum by (instance) (increase(fresh_consumer_poll_interval_warnings_total{{{G}}}[15m]))", "{{instance}} warnings /15m"),
-        (f"sum by (instance) (increase(fresh_consumer_poll_interval_exceeded_total{{{G}}}[15m]))", "{{instance}} exceeded /15m"),
+        (f"sum by (instance) (increase(fresh_consumer_poll_interval_exceeded_events_total{{{G}}}[15m]))", "{{instance}} exceeded /15m"),
     ], {}),
     ("Records lost, offsets reset, no timestamp", "short", [
         (f"sum by ({PART}) (increase(fresh_consumer_retention_overrun_messages_total{{{GT}}}[1h]))", "{{messaging_destination_name}}/{{messaging_destination_partition_id}} lost /1h"),

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::tracker::OffsetTracker;
-use crate::engine::{Ctrl, Engine};
+use crate::engine::{Ctrl, Engine, IDLE_POLL_TICK};
 use crate::failure::Decision;
 use crate::failure::dead_letter::{DeadLetterWriter, FailureInfo};
 use crate::failure::is_permanent;
@@ -584,15 +584,20 @@ impl<H: Handler> Worker<H> {
                 if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
+                // A poll that returns at once (`messaging.client.operation.duration`).
+                let started = Instant::now();
                 match q.handle {
                     Some(handle) if q.started => {
                         self.read_batch(handle, &mut q.ready);
-                        q.ready.pop_front()
+                        let r = q.ready.pop_front()?;
+                        self.state.metrics.polled(started.elapsed());
+                        Some(r)
                     }
                     _ => loop {
                         let m = q.stream.next().now_or_never().flatten()?;
                         if let Some(r) = self.accept(m, q.handle) {
                             q.started = true;
+                            self.state.metrics.polled(started.elapsed());
                             return Some(r);
                         }
                     },
@@ -614,12 +619,27 @@ impl<H: Handler> Worker<H> {
                 if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
+                // A poll (`messaging.client.operation.duration`): from here
+                // to a record in hand, re-polled every `IDLE_POLL_TICK`
+                // while the queue stays empty (an empty poll, not
+                // recorded), as a client polling with a timeout would.
+                let mut started = Instant::now();
                 loop {
-                    let m = q.stream.next().await?;
+                    let m = match tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()).await {
+                        Ok(m) => m?,
+                        Err(_empty) => {
+                            started = Instant::now();
+                            continue;
+                        }
+                    };
                     if let Some(r) = self.accept(m, q.handle) {
                         q.started = true;
+                        self.state.metrics.polled(started.elapsed());
                         return Some(r);
                     }
+                    // An error event, or a record delivered before: that
+                    // poll returned no record.
+                    started = Instant::now();
                 }
             }
         }

@@ -124,6 +124,9 @@ impl<H: Handler> PollLoop<H> {
         // a waker slot (a lock) per record.
         let mut stream = consumer.stream();
         loop {
+            // A poll (`messaging.client.operation.duration`) starts with the
+            // wait; an idle tick or a control message ends it empty.
+            let poll_started = Instant::now();
             let event = tokio::select! {
                 biased;
                 () = stop.cancelled() => return Stop::Signal,
@@ -150,12 +153,14 @@ impl<H: Handler> PollLoop<H> {
             let mut next = Some(first);
             let mut error = None;
             let mut taken = 0;
+            let mut records = 0;
             while let Some(r) = next.take() {
                 match r {
                     Ok(message) => {
                         // Rebalance callbacks run inside the poll: refresh first.
                         self.refresh_slots();
                         self.stage(message);
+                        records += 1;
                     }
                     Err(e) => {
                         error = Some(e);
@@ -167,6 +172,9 @@ impl<H: Handler> PollLoop<H> {
                     break;
                 }
                 next = stream.next().now_or_never().flatten();
+            }
+            if records > 0 {
+                self.engine.instruments.polled(poll_started.elapsed());
             }
             self.hand_over().await;
             if let Some(e) = error

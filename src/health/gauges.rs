@@ -103,7 +103,7 @@ impl HealthInstruments {
         let stalled = {
             let hub = hub.clone();
             meter
-                .f64_observable_gauge(PARTITION_STALLED_DURATION)
+                .f64_observable_gauge(PARTITION_STALL_AGE)
                 .with_unit("s")
                 .with_description("Time the partition has been held up while records wait: since the committed offset or the processed position last moved, or completed records began to wait for a commit; 0 otherwise.")
                 .with_callback(move |o| {

@@ -37,6 +37,7 @@ pub(crate) struct Instruments {
     slo: Arc<SloRegistry>,
     group_attrs: [KeyValue; 2],
     commit_attrs: [KeyValue; 4],
+    poll_attrs: [KeyValue; 4],
     group: String,
 }
 
@@ -101,7 +102,7 @@ impl Instruments {
             process_duration: hist(
                 PROCESS_DURATION,
                 "Duration of one handler attempt.",
-                DURATION_BOUNDARIES,
+                MESSAGING_DURATION_BOUNDARIES,
             ),
             consumed: counter(
                 CONSUMED_MESSAGES,
@@ -130,8 +131,8 @@ impl Instruments {
             ),
             operation_duration: hist(
                 CLIENT_OPERATION_DURATION,
-                "Duration of offset commits.",
-                DURATION_BOUNDARIES,
+                "Duration of messaging operation initiated by a producer or consumer client.",
+                MESSAGING_DURATION_BOUNDARIES,
             ),
             timestamp_missing: counter(
                 EVENT_TIMESTAMP_MISSING,
@@ -183,6 +184,12 @@ impl Instruments {
                 KeyValue::new(MESSAGING_OPERATION_NAME, "commit"),
                 KeyValue::new(MESSAGING_OPERATION_TYPE, "settle"),
             ],
+            poll_attrs: [
+                group_attrs[0].clone(),
+                group_attrs[1].clone(),
+                KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
+                KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
+            ],
             group_attrs,
             group: group.to_owned(),
         }
@@ -203,10 +210,7 @@ impl Instruments {
         let with = |extra: &[KeyValue]| -> Box<[KeyValue]> {
             base.iter().cloned().chain(extra.iter().cloned()).collect()
         };
-        let process = [
-            KeyValue::new(MESSAGING_OPERATION_NAME, "process"),
-            KeyValue::new(MESSAGING_OPERATION_TYPE, "process"),
-        ];
+        let process = [KeyValue::new(MESSAGING_OPERATION_NAME, "process")];
         let process_err = |kind: &'static str| {
             let mut v = process.to_vec();
             v.push(KeyValue::new(ERROR_TYPE, kind));
@@ -228,15 +232,19 @@ impl Instruments {
                 with(&[KeyValue::new(TIMESTAMP_TYPE, "header")]),
             ),
             process_ok: Lazy::histogram(&self.process_duration, with(&process)),
+            poll: Lazy::histogram(
+                &self.operation_duration,
+                with(&[
+                    KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
+                    KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
+                ]),
+            ),
             batch: Lazy::histogram(&self.batch_duration, with(&[])),
             process_error: process_err("handler_error"),
             process_panic: process_err("panic"),
             consumed: Lazy::counter(
                 &self.consumed,
-                with(&[
-                    KeyValue::new(MESSAGING_OPERATION_NAME, "poll"),
-                    KeyValue::new(MESSAGING_OPERATION_TYPE, "receive"),
-                ]),
+                with(&[KeyValue::new(MESSAGING_OPERATION_NAME, "poll")]),
             ),
             process_timeout: process_err("timeout"),
             slo: self
@@ -275,7 +283,6 @@ impl Instruments {
                     KeyValue::new(MESSAGING_SYSTEM, "kafka"),
                     KeyValue::new(MESSAGING_DESTINATION_NAME, dlt.to_owned()),
                     KeyValue::new(MESSAGING_OPERATION_NAME, "send"),
-                    KeyValue::new(MESSAGING_OPERATION_TYPE, "send"),
                 ]
                 .into();
                 (dlq, sent)
@@ -305,6 +312,15 @@ impl Instruments {
 
     pub(crate) fn poll_exceeded(&self) {
         self.poll_exceeded.add(1, &self.group_attrs);
+    }
+
+    /// A poll of librdkafka's main queue returned records after `took`
+    /// (see [`CLIENT_OPERATION_DURATION`] for what a poll is): the group's
+    /// attributes only, as such a poll can return records of several
+    /// partitions.
+    pub(crate) fn polled(&self, took: Duration) {
+        self.operation_duration
+            .record(took.as_secs_f64(), &self.poll_attrs);
     }
 
     pub(crate) fn commit(&self, took: Duration, error: Option<String>) {
@@ -421,6 +437,9 @@ pub(crate) struct PartitionInstruments {
     age_append: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     age_header: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     process_ok: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    /// `messaging.client.operation.duration` of the polls of the
+    /// partition's own queue.
+    poll: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     batch: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     process_error: Box<[KeyValue]>,
     process_panic: Box<[KeyValue]>,
@@ -443,6 +462,12 @@ impl PartitionInstruments {
     /// `n` records were taken from librdkafka for this partition.
     pub(crate) fn consumed(&self, n: u64) {
         self.consumed.get().add(n);
+    }
+
+    /// A poll of the partition's own librdkafka queue returned records
+    /// after `took` (see [`CLIENT_OPERATION_DURATION`]).
+    pub(crate) fn polled(&self, took: Duration) {
+        self.poll.get().record(took.as_secs_f64());
     }
 
     pub(crate) fn attempt(&self, took: Duration, error: Option<AttemptError>) {
@@ -582,6 +607,21 @@ mod tests {
             kafka_error_name(RDKafkaErrorCode::BrokerTransportFailure),
             "_TRANSPORT"
         );
+    }
+
+    #[test]
+    fn messaging_durations_use_the_conventions_advice() {
+        // semantic-conventions v1.44, docs/messaging/messaging-metrics.md,
+        // for messaging.client.operation.duration and
+        // messaging.process.duration.
+        let advised = [
+            0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        ];
+        assert_eq!(MESSAGING_DURATION_BOUNDARIES, advised);
+        // The library's own durations resolve at least as finely.
+        for b in advised {
+            assert!(DURATION_BOUNDARIES.contains(&b), "{b}");
+        }
     }
 
     #[test]

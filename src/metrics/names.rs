@@ -21,10 +21,12 @@ pub const EVENT_AGE: &str = "fresh_consumer.event.age";
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | histogram (f64) | `s` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `process`, [`MESSAGING_OPERATION_TYPE`] = `process`, [`ERROR_TYPE`] on failure |
+/// | histogram (f64) | `s` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `process`, [`ERROR_TYPE`] on failure |
 ///
-/// Recorded for every attempt, failed ones included. Boundaries:
-/// [`DURATION_BOUNDARIES`].
+/// Recorded for every attempt, failed ones included. Boundaries: the
+/// convention's advice, [`MESSAGING_DURATION_BOUNDARIES`]. No
+/// [`MESSAGING_OPERATION_TYPE`]: the convention (v1.44) does not list it for
+/// this metric, whose name already says the operation is processing.
 pub const PROCESS_DURATION: &str = "messaging.process.duration";
 
 /// Records received from Kafka (semantic convention
@@ -32,10 +34,13 @@ pub const PROCESS_DURATION: &str = "messaging.process.duration";
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | counter (u64) | `{message}` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `poll`, [`MESSAGING_OPERATION_TYPE`] = `receive` |
+/// | counter (u64) | `{message}` | partition attributes, [`MESSAGING_OPERATION_NAME`] = `poll` |
 ///
-/// Counted when the poll loop takes a record from librdkafka, before its
-/// handler runs. A record redelivered after a rebalance counts again.
+/// Counted when the library takes a record from librdkafka (see
+/// [`CLIENT_OPERATION_DURATION`] for what a poll is), before its handler
+/// runs. A record redelivered after a rebalance counts again. No
+/// [`MESSAGING_OPERATION_TYPE`]: the convention (v1.44) does not list it for
+/// this metric.
 pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
 
 /// Duration of a batch: the run of one partition's records handled back to
@@ -81,14 +86,33 @@ pub const POLL_INTERVAL_WARNINGS: &str = "fresh_consumer.poll.interval.warnings"
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{event}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-pub const POLL_INTERVAL_EXCEEDED: &str = "fresh_consumer.poll.interval.exceeded";
+///
+/// Named in the plural of what it counts, as OpenTelemetry's naming guide
+/// asks of counters with a `{...}` unit (was
+/// `fresh_consumer.poll.interval.exceeded` before 0.2.0).
+pub const POLL_INTERVAL_EXCEEDED: &str = "fresh_consumer.poll.interval.exceeded.events";
 
 /// Duration of a client operation (semantic convention
-/// `messaging.client.operation.duration`); here every offset commit.
+/// `messaging.client.operation.duration`): every offset commit, and every
+/// poll that returned records.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`MESSAGING_OPERATION_NAME`] = `commit`, [`MESSAGING_OPERATION_TYPE`] = `settle`, [`ERROR_TYPE`] on failure (the Kafka error code name, for example `NOT_COORDINATOR`) |
+/// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`MESSAGING_OPERATION_NAME`] = `commit`, [`MESSAGING_OPERATION_TYPE`] = `settle`, [`ERROR_TYPE`] on failure (the Kafka error code name, for example `NOT_COORDINATOR`); for polls [`MESSAGING_OPERATION_NAME`] = `poll`, [`MESSAGING_OPERATION_TYPE`] = `receive`, plus [`MESSAGING_DESTINATION_NAME`] and [`MESSAGING_DESTINATION_PARTITION_ID`] for a partition's own queue |
+///
+/// A poll is one read of a librdkafka queue that returned at least one
+/// record: a partition worker reading its partition's own queue (the
+/// default, see
+/// [`split_partition_queues`](crate::FreshConsumer::split_partition_queues)),
+/// or the poll loop reading the main queue (records of partitions whose
+/// queue is not split; group attributes only, as one such poll can return
+/// several partitions' records). Its duration runs from the start of the
+/// read to the records in hand, waiting for records included, as
+/// OpenTelemetry Java's Kafka instrumentation measures `poll()`. A reader
+/// that finds nothing re-polls every second (an empty poll, not recorded),
+/// so a poll lasts at most about a second: polls near 0 mean records were
+/// waiting (a backlog), polls near 1 s mean the consumer waited for
+/// records. Boundaries: [`MESSAGING_DURATION_BOUNDARIES`].
 pub const CLIENT_OPERATION_DURATION: &str = "messaging.client.operation.duration";
 
 /// Succeeded records with no usable event time (no timestamp, a negative
@@ -98,7 +122,10 @@ pub const CLIENT_OPERATION_DURATION: &str = "messaging.client.operation.duration
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{message}` | partition attributes |
-pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missing";
+///
+/// Was `fresh_consumer.event.timestamp.missing` before 0.2.0 (counters are
+/// named in the plural of their unit).
+pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missing.messages";
 
 /// Succeeded records whose event time is later than the consumer's clock.
 /// Their age is recorded as 0 in [`EVENT_AGE`].
@@ -106,7 +133,9 @@ pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missin
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{message}` | partition attributes |
-pub const EVENT_CLOCK_SKEW: &str = "fresh_consumer.event.clock_skew";
+///
+/// Was `fresh_consumer.event.clock_skew` before 0.2.0.
+pub const EVENT_CLOCK_SKEW: &str = "fresh_consumer.event.clock_skew.messages";
 
 /// Handler attempts that retried a failed attempt.
 ///
@@ -146,7 +175,10 @@ pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`MESSAGING_OPERATION_TYPE`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
+/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
+///
+/// No [`MESSAGING_OPERATION_TYPE`]: the convention (v1.44) does not list it
+/// for this metric.
 pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 
 /// 1 while the storm guard holds records back from the dead-letter topic
@@ -208,7 +240,12 @@ pub const PARTITION_HEAD_AGE: &str = "fresh_consumer.partition.head.age";
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | gauge (f64) | `s` | partition attributes |
-pub const PARTITION_STALLED_DURATION: &str = "fresh_consumer.partition.stalled.duration";
+///
+/// Was `fresh_consumer.partition.stalled.duration` before 0.2.0:
+/// OpenTelemetry's naming guide keeps `.duration` for histograms of
+/// operations, and this is a gauge of time since, named like the library's
+/// other time-since gauges ([`PARTITION_HEAD_AGE`], [`MONITOR_COMMIT_AGE`]).
+pub const PARTITION_STALL_AGE: &str = "fresh_consumer.partition.stall.age";
 
 /// The partition's status as a state set: one point per status value of
 /// [`STATUS`] (`ok`, `warn`, `stall`, `stop`, `rewind`), 1 for the current
@@ -409,7 +446,9 @@ pub const MONITOR_REPLICAS_SUGGESTED: &str = "fresh_consumer.monitor.group.repli
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-pub const MONITOR_TIMESTAMP_MISSING: &str = "fresh_consumer.monitor.timestamp.missing";
+///
+/// Was `fresh_consumer.monitor.timestamp.missing` before 0.2.0.
+pub const MONITOR_TIMESTAMP_MISSING: &str = "fresh_consumer.monitor.timestamp.missing.messages";
 
 /// Records read at a group's committed offsets whose timestamp was later
 /// than the monitor's clock (their time lag is reported as 0), each record
@@ -418,7 +457,9 @@ pub const MONITOR_TIMESTAMP_MISSING: &str = "fresh_consumer.monitor.timestamp.mi
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-pub const MONITOR_TIMESTAMP_FUTURE: &str = "fresh_consumer.monitor.timestamp.future";
+///
+/// Was `fresh_consumer.monitor.timestamp.future` before 0.2.0.
+pub const MONITOR_TIMESTAMP_FUTURE: &str = "fresh_consumer.monitor.timestamp.future.messages";
 
 /// Monitor cycles run; the failed ones carry [`ERROR_TYPE`] = `kafka` (a
 /// read failed), `unknown_topic` (a watched topic disappeared) or
@@ -484,9 +525,12 @@ pub const MESSAGING_DESTINATION_NAME: &str = "messaging.destination.name";
 pub const MESSAGING_DESTINATION_PARTITION_ID: &str = "messaging.destination.partition.id";
 /// Attribute `messaging.consumer.group.name`: the consumer group (`group.id`).
 pub const MESSAGING_CONSUMER_GROUP_NAME: &str = "messaging.consumer.group.name";
-/// Attribute `messaging.operation.name`: `process`, `poll` or `commit`.
+/// Attribute `messaging.operation.name`: `process`, `poll`, `commit` or
+/// `send`.
 pub const MESSAGING_OPERATION_NAME: &str = "messaging.operation.name";
-/// Attribute `messaging.operation.type`: `process`, `receive` or `settle`.
+/// Attribute `messaging.operation.type`: `receive` (polls) or `settle`
+/// (commits), on [`CLIENT_OPERATION_DURATION`] only, the one messaging
+/// metric whose convention lists it.
 pub const MESSAGING_OPERATION_TYPE: &str = "messaging.operation.type";
 /// Attribute `error.type`: a low-cardinality failure class. For handler
 /// attempts `handler_error`, `panic`, `timeout` (see
@@ -531,10 +575,23 @@ pub const EVENT_AGE_BOUNDARIES: &[f64] = &[
     1_209_600.0,
 ];
 
-/// Explicit bucket boundaries of the duration histograms
-/// ([`PROCESS_DURATION`], [`BATCH_DURATION`], [`POLL_INTERVAL`],
-/// [`CLIENT_OPERATION_DURATION`]), in seconds: 1 ms to 10 min.
+/// Explicit bucket boundaries of the `messaging.*` duration histograms
+/// ([`PROCESS_DURATION`], [`CLIENT_OPERATION_DURATION`]), in seconds: the
+/// `ExplicitBucketBoundaries` advice of the messaging semantic conventions
+/// (v1.44), as OpenTelemetry Java's instrumentations use it. The same
+/// boundaries as other services' instrumentation keep `sum by (le)` across
+/// them meaningful; longer durations land in the overflow bucket (their sum
+/// and count stay exact).
+pub const MESSAGING_DURATION_BOUNDARIES: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
+/// Explicit bucket boundaries of the library's own duration histograms
+/// ([`BATCH_DURATION`], [`POLL_INTERVAL`]), in seconds: 1 ms to 10 min.
+/// Every boundary of [`MESSAGING_DURATION_BOUNDARIES`], plus 1 and 2.5 ms
+/// below and 30 s to 10 min above, where a poll gap reaches
+/// `max.poll.interval.ms` (5 min by default).
 pub const DURATION_BOUNDARIES: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0, 300.0, 600.0,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    30.0, 60.0, 120.0, 300.0, 600.0,
 ];
