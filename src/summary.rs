@@ -42,6 +42,14 @@ pub struct RunSummary {
     /// Records whose attempts ran out and that were given up and committed
     /// past ([`OnExhausted::SkipAndCommitPast`](crate::OnExhausted::SkipAndCommitPast)).
     pub records_skipped: u64,
+    /// Records librdkafka could not read: their record batch failed the
+    /// CRC check (`check.crcs`). They never reach the handler and are not
+    /// in `records_received`; the partition moves past them, so they are
+    /// lost to the consumer group. Each is logged at ERROR with its offset.
+    /// Counted once per record batch (librdkafka reports the batch's first
+    /// offset; a batch produced by one `produce` call of a batching producer
+    /// may hold several records).
+    pub records_unreadable: u64,
     /// Successful offset commits (each may cover several partitions).
     pub commits: u64,
     /// Failed offset commits; their offsets were committed again later, or

@@ -8,6 +8,12 @@
 //! - The run summary's counters add up after a revoke: every record received
 //!   is succeeded, late, or unassigned (dropped unhandled, to be
 //!   redelivered), also the records a worker had read ahead in a batch.
+//! - A worker's repositioning seek racing librdkafka's pause and resume of
+//!   an incremental rebalance neither loses a record nor leaves a
+//!   partition paused (a stress run: many rebalances while fetches fail).
+//! - A record librdkafka cannot read (a corrupt record batch at the end of
+//!   what the worker read) costs one reposition, is counted, and the
+//!   partition moves on.
 
 mod support;
 
@@ -19,6 +25,7 @@ use std::time::Duration;
 use fresh_consumer::{
     BoxError, DeadLetter, OnExhausted, Record, RetryPolicy, RunSummary, StormGuard, permanent,
 };
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::{TestCluster, unique};
 use support::logs;
 use support::wait::wait_until;
@@ -206,4 +213,340 @@ fn assert_adds_up(name: &str, s: &RunSummary) {
             + s.records_unassigned,
         "{name} member: received = succeeded + dead-lettered + skipped + late + unassigned; {s:?}"
     );
+}
+
+/// Window 4. A record batch that fails librdkafka's CRC check
+/// (`check.crcs`) at the end of what the worker read: librdkafka reports it
+/// as an error event at the batch's offset and, while nothing after it can
+/// be fetched with it, fetches it again and again (the mock broker serves
+/// one record batch per fetch, so there it never gets past it). Before the
+/// fix the worker sought back to it after each batch that held the event,
+/// warned on every report, counted nothing, and the partition never got
+/// past the record (stuck at offset 20, with a report every fetch
+/// backoff). Now the record is counted once in
+/// `RunSummary::records_unreadable`, logged once at ERROR with its offset,
+/// and the worker seeks past it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_costs_one_reposition_and_is_counted() {
+    logs::init();
+    let cluster = TestCluster::start();
+    // A real broker checks the CRC of what it is sent.
+    if cluster
+        .mock_or_skip("a broker that stores a corrupt record batch")
+        .is_none()
+    {
+        return;
+    }
+    let topic = cluster.topic("corrupt-record", 1).await;
+    let group = unique("g-corrupt-record");
+    for i in 0..20 {
+        cluster
+            .produce(&topic, 0, &format!("k{i}"), "v", None)
+            .await;
+    }
+    assert_eq!(
+        produce_corrupt(cluster.bootstrap(), &topic, 0, b"damaged"),
+        0
+    );
+    let attempts = Attempts::default();
+    // 20 ms a record: librdkafka fetches the whole partition, the corrupt
+    // batch included, while the worker is busy with the first records, so
+    // the worker reads the report in a batch behind offset 19 (the path that
+    // sought back to it; an idle worker reads it on its own, which ends the
+    // same way).
+    let handler = {
+        let attempts = attempts.clone();
+        move |r: Record| {
+            let attempts = attempts.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                attempts.note(r.offset());
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    // What the worker logs about the corrupt batch: a consume error for each
+    // report before the fix, the unreadable record once now.
+    let reports = || {
+        logs::count(|e| {
+            e.is_library()
+                && e.mentions(&topic)
+                && (e.mentions("consume error") || e.mentions("record cannot be read"))
+        })
+    };
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, handler)
+            .set("check.crcs", "true")
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    wait_until(WAIT, "offsets 0 to 19 committed", || async {
+        cluster.committed(&group, &topic, 1).await[0] >= 20
+    })
+    .await;
+    for i in 21..26 {
+        cluster
+            .produce(&topic, 0, &format!("k{i}"), "v", None)
+            .await;
+    }
+    wait_until(
+        WAIT,
+        "the records after the corrupt one handled and committed",
+        || async { cluster.committed(&group, &topic, 1).await == vec![26] },
+    )
+    .await;
+    stop.cancel();
+    let summary = run.await.unwrap().unwrap();
+    for offset in (0..20).chain(21..26) {
+        assert_eq!(attempts.of(offset), 1, "offset {offset} handled once");
+    }
+    assert_eq!(attempts.of(20), 0);
+    assert_eq!(summary.records_unreadable, 1, "{summary:?}");
+    assert_eq!(summary.records_received, 25, "{summary:?}");
+    let logged = logs::count(|e| {
+        e.is_library() && e.mentions(&topic) && e.mentions("record cannot be read")
+    });
+    assert_eq!(logged, 1, "the unreadable record is logged once");
+    assert_eq!(reports(), 1, "nothing else logged about it");
+}
+/// Appends one record with a broken CRC to `topic`'s `partition` on the
+/// mock broker (which stores record batches as sent, without checking
+/// their CRC, as a broker with a damaged log segment would serve them):
+/// a hand-written Produce v3 request over the broker's loopback listener.
+/// Returns the broker's error code for the partition (0 on success).
+fn produce_corrupt(bootstrap: &str, topic: &str, partition: i32, value: &[u8]) -> i16 {
+    use std::io::{Read, Write};
+    fn varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    // One record: length, attributes, timestamp delta, offset delta, null
+    // key, value, no headers.
+    let mut body = vec![0u8];
+    varint(&mut body, 0);
+    varint(&mut body, 0);
+    varint(&mut body, -1);
+    varint(&mut body, value.len() as i64);
+    body.extend_from_slice(value);
+    varint(&mut body, 0);
+    let mut record = Vec::new();
+    varint(&mut record, body.len() as i64);
+    record.extend_from_slice(&body);
+    // Record batch v2; the CRC covers attributes to the end and is wrong.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut after_crc = Vec::new();
+    after_crc.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    after_crc.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+    after_crc.extend_from_slice(&now.to_be_bytes()); // first timestamp
+    after_crc.extend_from_slice(&now.to_be_bytes()); // max timestamp
+    after_crc.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    after_crc.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    after_crc.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    after_crc.extend_from_slice(&1i32.to_be_bytes()); // records
+    after_crc.extend_from_slice(&record);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset
+    batch.extend_from_slice(&((4 + 1 + 4 + after_crc.len()) as i32).to_be_bytes());
+    batch.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend_from_slice(&0xdead_beef_u32.to_be_bytes()); // CRC32C: wrong
+    batch.extend_from_slice(&after_crc);
+    // Produce v3: header (api key 0, version 3, correlation id, client id),
+    // then transactional id (null), acks, timeout, one topic, one partition.
+    let mut req = Vec::new();
+    req.extend_from_slice(&0i16.to_be_bytes());
+    req.extend_from_slice(&3i16.to_be_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&4i16.to_be_bytes());
+    req.extend_from_slice(b"test");
+    req.extend_from_slice(&(-1i16).to_be_bytes());
+    req.extend_from_slice(&(-1i16).to_be_bytes());
+    req.extend_from_slice(&5000i32.to_be_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    req.extend_from_slice(topic.as_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&partition.to_be_bytes());
+    req.extend_from_slice(&(batch.len() as i32).to_be_bytes());
+    req.extend_from_slice(&batch);
+    let addr = bootstrap.split(',').next().unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the mock broker");
+    conn.write_all(&(req.len() as i32).to_be_bytes()).unwrap();
+    conn.write_all(&req).unwrap();
+    let mut len = [0u8; 4];
+    conn.read_exact(&mut len).unwrap();
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    conn.read_exact(&mut resp).unwrap();
+    // Correlation id, topics (1), name, partitions (1), partition, error code.
+    let at = 4 + 4 + 2 + topic.len() + 4 + 4;
+    i16::from_be_bytes([resp[at], resp[at + 1]])
+}
+
+/// Window 1. A worker seeks its partition back after a batch that held an
+/// error event (a failed fetch's event carries the fetch position, and
+/// librdkafka moves the partition's position one past it). librdkafka
+/// versions each partition operation when it is called and drops one older
+/// than an operation it already served: a seek called in the same instant
+/// as an incremental rebalance's pause or resume could be dropped (the
+/// position stays one too far, and the record there is skipped and
+/// committed past) or could make librdkafka drop the resume (the partition
+/// stays paused). Both sides take their version and queue their operation
+/// within a few instructions, so the window is a few hundred nanoseconds.
+///
+/// A stress run: two KIP-848 members, one joining and leaving over and
+/// over (each change pauses and resumes the partitions the other keeps),
+/// every other fetch failing (an error event on every partition, read in
+/// batches by workers that are busy with a backlog), and the group's
+/// committed offsets read every 20 ms. They must never move backwards, every
+/// record must be handled, and every partition committed to its end (a
+/// partition left paused never gets there). A known limit rather than a
+/// reproduction: before the fix 5 of 5 CI-sized runs (20 changes, ~400
+/// error events each) and 1 long run (300 changes, 5,635 error events)
+/// passed. The race is real: in 1 long run after the fix, where the worker
+/// waits for librdkafka's answer to each seek, librdkafka dropped 1 seek as
+/// outdated and the worker sent it again (1 in 5,352 error events).
+/// `FRESH_CONSUMER_LONG_TESTS=1` runs 300 membership changes instead of 20
+/// (about a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reposition_racing_rebalances_loses_nothing() {
+    logs::init();
+    let cluster = TestCluster::start();
+    let Some(mock) = cluster.mock_or_skip("the mock cluster's fault injection") else {
+        return;
+    };
+    cluster.set_consumer_group_timings(6_000, 100);
+    let long = std::env::var_os("FRESH_CONSUMER_LONG_TESTS").is_some();
+    let changes = if long { 300 } else { 20 };
+    const PARTITIONS: i32 = 4;
+    let topic = cluster.topic("reposition-race", PARTITIONS).await;
+    let group = unique("g-reposition-race");
+    let handled: Arc<Mutex<std::collections::BTreeSet<(i32, i64)>>> = Arc::default();
+    let member = || {
+        let handled = Arc::clone(&handled);
+        let mine = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&mine);
+        let handler = move |r: Record| {
+            let handled = Arc::clone(&handled);
+            counter.fetch_add(1, Ordering::Relaxed);
+            async move {
+                // Slower than the fetches: the workers read in batches.
+                if r.offset() % 8 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                handled.lock().unwrap().insert((r.partition(), r.offset()));
+                Ok::<(), BoxError>(())
+            }
+        };
+        let run = support::run::start(
+            cluster
+                .consumer_kip848(&group, &topic, handler)
+                .set("fetch.error.backoff.ms", "5"),
+        );
+        (run, mine)
+    };
+    // The group's committed offsets, read every 20 ms from a thread of its
+    // own; a step backwards is kept.
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let backwards: Arc<Mutex<Vec<String>>> = Arc::default();
+    let watcher = {
+        let reader = cluster.offset_reader(&group, &topic, PARTITIONS);
+        let (watching, backwards) = (Arc::clone(&watching), Arc::clone(&backwards));
+        std::thread::spawn(move || {
+            let mut last = vec![-1001; PARTITIONS as usize];
+            while watching.load(Ordering::Relaxed) {
+                if let Ok(now) = reader.committed(Duration::from_secs(5)) {
+                    for (p, (&was, &is)) in last.iter().zip(&now).enumerate() {
+                        if is < was {
+                            backwards
+                                .lock()
+                                .unwrap()
+                                .push(format!("partition {p}: {was} -> {is}"));
+                        }
+                    }
+                    last = now;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let (a, _) = member();
+    let mut produced = 0;
+    for change in 0..changes {
+        // A second member joins and leaves: two incremental rebalances,
+        // each pausing and resuming the partitions the first one keeps.
+        let (b, by_b) = member();
+        wait_until(
+            WAIT,
+            &format!("change {change}: the second member assigned"),
+            || async { !b.health.snapshot().partitions.is_empty() },
+        )
+        .await;
+        cluster.produce_many(&topic, PARTITIONS, 200).await;
+        produced += 200;
+        // Every other fetch fails, for the next 400 fetches.
+        let errors: Vec<RDKafkaRespErr> = (0..400)
+            .map(|i| {
+                if i % 2 == 0 {
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_MSG
+                } else {
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+                }
+            })
+            .collect();
+        mock.clear_request_errors(RDKafkaApiKey::Fetch);
+        mock.request_errors(RDKafkaApiKey::Fetch, &errors);
+        wait_until(
+            WAIT,
+            &format!("change {change}: the second member handling records"),
+            || async { by_b.load(Ordering::Relaxed) > 0 },
+        )
+        .await;
+        b.stop().await;
+    }
+    mock.clear_request_errors(RDKafkaApiKey::Fetch);
+    let want = vec![produced as i64; PARTITIONS as usize];
+    wait_until(
+        Duration::from_secs(60),
+        "every partition committed to its end (none left paused, nothing skipped)",
+        || async { cluster.committed(&group, &topic, PARTITIONS).await == want },
+    )
+    .await;
+    let summary = a.stop().await;
+    watching.store(false, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let outdated = logs::count(|e| {
+        e.is_library() && e.mentions(&topic) && e.mentions("dropped by librdkafka as outdated")
+    });
+    let events =
+        logs::count(|e| e.is_library() && e.mentions(&topic) && e.mentions("consume error"));
+    eprintln!(
+        "reposition race: {changes} membership changes, {events} error events read, {outdated} outdated seeks sent again; {summary:?}"
+    );
+    let backwards = backwards.lock().unwrap();
+    assert!(
+        backwards.is_empty(),
+        "committed offsets moved backwards: {backwards:?}"
+    );
+    let handled = handled.lock().unwrap();
+    for p in 0..PARTITIONS {
+        let missing: Vec<i64> = (0..produced as i64)
+            .filter(|o| !handled.contains(&(p, *o)))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "partition {p}: never handled: {missing:?}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crate::engine::partition::PartitionState;
@@ -25,6 +25,18 @@ pub(crate) struct Assignment {
     /// Set once shutdown has committed its final offsets: callbacks during
     /// the close (a last revoke) must not commit or wait.
     pub(crate) closing: AtomicBool,
+    /// Keeps a worker's seek apart from librdkafka's resume of the
+    /// partitions it paused for a rebalance. librdkafka gives each
+    /// partition operation (seek, pause, resume, fetch start and stop) a
+    /// version when it is called and drops an operation whose version is
+    /// older than one it already served: a seek called in the instant
+    /// between the resume taking its version and queueing it would be
+    /// served first and drop the resume (the partition stays paused until
+    /// the next rebalance). librdkafka queues those resumes inside this
+    /// member's `assign`/`unassign` calls (and their incremental forms),
+    /// which run under [`assigning`](Self::assigning); a seek runs under
+    /// [`seeking`](Self::seeking).
+    reposition_gate: RwLock<()>,
 }
 
 impl Assignment {
@@ -34,7 +46,24 @@ impl Assignment {
             epoch: AtomicU64::new(0),
             commit_gate: Mutex::new(()),
             closing: AtomicBool::new(false),
+            reposition_gate: RwLock::new(()),
         }
+    }
+
+    /// Held around a call that changes librdkafka's assignment (see
+    /// `reposition_gate`). Blocks until running seeks return (each is
+    /// bounded by its timeout).
+    pub(crate) fn assigning(&self) -> RwLockWriteGuard<'_, ()> {
+        self.reposition_gate
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held around a worker's seek (see `reposition_gate`).
+    pub(crate) fn seeking(&self) -> RwLockReadGuard<'_, ()> {
+        self.reposition_gate
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn partitions(&self) -> MutexGuard<'_, BTreeMap<PartitionKey, Arc<PartitionState>>> {

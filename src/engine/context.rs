@@ -137,10 +137,16 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 {
                     self.split_queues(tpl);
                 }
-                let assigned = if cooperative {
-                    consumer.incremental_assign(tpl)
-                } else {
-                    consumer.assign(tpl)
+                let assigned = {
+                    // librdkafka queues its resume of the partitions it
+                    // paused for this rebalance inside the call: no worker's
+                    // seek may interleave (see `Assignment::assigning`).
+                    let _assigning = self.engine.assignment.assigning();
+                    if cooperative {
+                        consumer.incremental_assign(tpl)
+                    } else {
+                        consumer.assign(tpl)
+                    }
                 };
                 if let Err(e) = assigned {
                     tracing::warn!(error = %e, partitions = %describe(tpl), "assigning partitions failed");
@@ -156,10 +162,13 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     RebalanceKind::Revoked
                 });
                 self.on_revoke(tpl, lost);
-                let unassigned = if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
+                let unassigned = {
+                    let _assigning = self.engine.assignment.assigning();
+                    if cooperative {
+                        consumer.incremental_unassign(tpl)
+                    } else {
+                        consumer.unassign()
+                    }
                 };
                 if let Err(e) = unassigned {
                     tracing::warn!(error = %e, "unassigning partitions failed");
@@ -169,6 +178,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 let code: RDKafkaErrorCode = other.into();
                 tracing::warn!(error = %code, "rebalance error");
                 // As rdkafka's default: give the assignment up.
+                let _assigning = self.engine.assignment.assigning();
                 let _ = if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {

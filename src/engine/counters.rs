@@ -18,6 +18,8 @@ pub(crate) struct Counters {
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) skipped: AtomicU64,
     pub(crate) unassigned: AtomicU64,
+    /// Records librdkafka could not read (skipped, never delivered).
+    pub(crate) unreadable: AtomicU64,
     pub(crate) commits: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
     pub(crate) rebalances: AtomicU64,
@@ -74,6 +76,7 @@ impl Counters {
             records_dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             records_skipped: self.skipped.load(Ordering::Relaxed),
             records_unassigned: self.unassigned.load(Ordering::Relaxed),
+            records_unreadable: self.unreadable.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             commit_failures: self.commit_failures.load(Ordering::Relaxed),
             rebalances: self.rebalances.load(Ordering::Relaxed),

@@ -441,9 +441,14 @@ pub(crate) fn resolve<C, X>(
         tracing::debug!("assignment changed while deciding; the new assignment decides afresh");
         return;
     }
-    let result = match consumer.rebalance_protocol() {
-        RebalanceProtocol::Cooperative => restart_incremental(consumer, &restarts),
-        _ => restart_eager(consumer, assignment, &restarts),
+    let result = {
+        // librdkafka resumes the partitions inside these calls: no worker's
+        // seek may interleave (see `Assignment::assigning`).
+        let _assigning = assignment.assigning();
+        match consumer.rebalance_protocol() {
+            RebalanceProtocol::Cooperative => restart_incremental(consumer, &restarts),
+            _ => restart_eager(consumer, assignment, &restarts),
+        }
     };
     match result {
         Ok(()) => {

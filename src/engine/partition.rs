@@ -77,39 +77,54 @@ impl QueueHandle {
         })
     }
 
-    /// Seeks the partition to `offset`, asynchronously
-    /// (`rd_kafka_seek_partitions` with a timeout of 0). librdkafka raises
-    /// the partition's version at once, so nothing fetched before is read
-    /// from the queue after this returns; it fetches again from `offset`.
-    fn seek(&self, offset: i64) {
+    /// Seeks the partition to `offset` and waits, up to [`SEEK_TIMEOUT`],
+    /// for librdkafka's broker thread to serve the seek
+    /// (`rd_kafka_seek_partitions` with a reply queue). librdkafka raises
+    /// the partition's version when the call starts, so nothing fetched
+    /// before is read from the queue after it; it fetches again from
+    /// `offset`. Blocking: the caller keeps it off the async runtime.
+    ///
+    /// `Err` carries librdkafka's error code and reason: for this
+    /// partition (`__OUTDATED` when an operation with a newer version, such
+    /// as a rebalance's pause or resume, was served first and the seek was
+    /// dropped; `__STATE` or `__PREV_IN_PROGRESS` when the partition is not
+    /// fetching or stopping), or for the call (`__TIMED_OUT`).
+    fn seek(&self, offset: i64) -> Result<(), (rdkafka::types::RDKafkaRespErr, String)> {
+        use rdkafka::types::RDKafkaRespErr;
         let mut tpl = rdkafka::TopicPartitionList::with_capacity(1);
-        if tpl
-            .add_partition_offset(&self.topic, self.partition, rdkafka::Offset::Offset(offset))
-            .is_err()
-        {
-            return;
-        }
+        tpl.add_partition_offset(&self.topic, self.partition, rdkafka::Offset::Offset(offset))
+            .map_err(|e| {
+                (
+                    RDKafkaRespErr::RD_KAFKA_RESP_ERR__INVALID_ARG,
+                    e.to_string(),
+                )
+            })?;
+        let timeout_ms = SEEK_TIMEOUT.as_millis() as i32;
         // SAFETY: the client outlives this handle (see the type's doc);
-        // the list is live for the call and only read by it.
+        // the list is live for the call, which writes only its elements'
+        // error codes.
         let err = unsafe {
-            rdkafka::bindings::rd_kafka_seek_partitions(self.client.as_ptr(), tpl.ptr(), 0)
+            rdkafka::bindings::rd_kafka_seek_partitions(self.client.as_ptr(), tpl.ptr(), timeout_ms)
         };
         if !err.is_null() {
             // SAFETY: an error object returned to us, destroyed once.
-            let reason = unsafe {
+            return Err(unsafe {
+                let code = rdkafka::bindings::rd_kafka_error_code(err);
                 let reason =
                     std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_error_string(err))
                         .to_string_lossy()
                         .into_owned();
                 rdkafka::bindings::rd_kafka_error_destroy(err);
-                reason
-            };
-            tracing::debug!(
-                topic = %self.topic,
-                partition = self.partition,
-                %reason,
-                "repositioning the partition after an error event failed"
-            );
+                (code, reason)
+            });
+        }
+        // SAFETY: the list holds the one element added above.
+        let code = unsafe { (*(*tpl.ptr()).elems).err };
+        if code == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+            Ok(())
+        } else {
+            let reason = rdkafka::error::RDKafkaErrorCode::from(code).to_string();
+            Err((code, reason))
         }
     }
 
@@ -201,6 +216,17 @@ impl Drop for QueueHandle {
     }
 }
 
+/// How long a worker's seek waits for librdkafka to serve it. librdkafka's
+/// broker thread serves a partition's operations between its network
+/// reads, normally within a millisecond; a seek not served in time is
+/// logged and left to librdkafka (it is still served, later).
+const SEEK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A worker's seek is tried at most this many times while librdkafka drops
+/// it as outdated (a newer operation on the partition, such as a
+/// rebalance's pause or resume, was served first).
+const SEEK_ATTEMPTS: u32 = 5;
+
 /// At most this many records (and never more than `max_buffered_records`)
 /// are read from a partition's own queue at once: one lock of the queue and
 /// of the partition's offset tracker for all of them. They wait in the
@@ -250,6 +276,10 @@ struct SplitSource<'a, C: ConsumerContext + 'static> {
     /// Whether a record was taken: batches are read only from then on (see
     /// [`QueueHandle::read_batch`]).
     started: bool,
+    /// The highest offset counted as unreadable (see
+    /// [`Worker::unreadable`]), so that librdkafka's repeated reports of
+    /// one record count once.
+    unreadable: Option<i64>,
 }
 
 impl<C: ConsumerContext> SplitSource<'_, C> {
@@ -528,6 +558,7 @@ impl<H: Handler> Worker<H> {
                     handle: split.handle.as_ref(),
                     ready: std::collections::VecDeque::with_capacity(READ_BATCH),
                     started: false,
+                    unreadable: None,
                 });
                 self.run_from(&mut src).await;
                 self.drop_unhandled(src);
@@ -588,14 +619,14 @@ impl<H: Handler> Worker<H> {
                 let started = Instant::now();
                 match q.handle {
                     Some(handle) if q.started => {
-                        self.read_batch(handle, &mut q.ready);
+                        self.read_batch(handle, &mut q.ready, &mut q.unreadable);
                         let r = q.ready.pop_front()?;
                         self.state.metrics.polled(started.elapsed());
                         Some(r)
                     }
                     _ => loop {
                         let m = q.stream.next().now_or_never().flatten()?;
-                        if let Some(r) = self.accept(m, q.handle) {
+                        if let Some(r) = self.accept(m, q.handle, q.started, &mut q.unreadable) {
                             q.started = true;
                             self.state.metrics.polled(started.elapsed());
                             return Some(r);
@@ -632,7 +663,7 @@ impl<H: Handler> Worker<H> {
                             continue;
                         }
                     };
-                    if let Some(r) = self.accept(m, q.handle) {
+                    if let Some(r) = self.accept(m, q.handle, q.started, &mut q.unreadable) {
                         q.started = true;
                         self.state.metrics.polled(started.elapsed());
                         return Some(r);
@@ -651,19 +682,42 @@ impl<H: Handler> Worker<H> {
     /// `queue_error`. `None` for an error, and for a record at or below the
     /// last delivered offset (fetched again after the library restarted the
     /// partition).
+    ///
+    /// An unreadable record reported here (an idle worker reads one message
+    /// at a time) comes without its offset (rust-rdkafka reports only the
+    /// error code): once a record was taken (`started`) it is the next one,
+    /// as the records before it in the queue were taken before it.
     fn accept(
         &self,
         m: Result<rdkafka::message::BorrowedMessage<'_>, rdkafka::error::KafkaError>,
-        depth: Option<&QueueHandle>,
+        handle: Option<&QueueHandle>,
+        started: bool,
+        noted: &mut Option<i64>,
     ) -> Option<Record> {
         let m = match m {
             Ok(m) => m,
             Err(e) => {
                 // A single poll does not move the position for an error.
-                self.queue_error(e);
+                let next = self
+                    .state
+                    .tracker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .position();
+                match (handle, next, is_unreadable(&e)) {
+                    (Some(handle), Some(next), true) if started => {
+                        if let Some(target) = self.unreadable(next, next, noted) {
+                            self.reposition(handle, target);
+                        }
+                    }
+                    _ => {
+                        self.queue_error(e);
+                    }
+                }
                 return None;
             }
         };
+        let depth = handle;
         let record = Record::from_message(&self.state.topic, &m, self.engine.settings.read_headers);
         drop(m);
         if let Some(depth) = depth {
@@ -687,15 +741,26 @@ impl<H: Handler> Worker<H> {
     /// their event times under one lock (as `accept` does one by one). An
     /// error goes to `queue_error`; a record at or below the last delivered
     /// offset is skipped.
-    fn read_batch(&self, handle: &QueueHandle, ready: &mut std::collections::VecDeque<Record>) {
+    fn read_batch(
+        &self,
+        handle: &QueueHandle,
+        ready: &mut std::collections::VecDeque<Record>,
+        noted: &mut Option<i64>,
+    ) {
         let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
         // Whether an error event moved librdkafka's position past the next
         // record (see `QueueHandle::read_batch`).
         let mut reposition = false;
+        // The offset of a record librdkafka could not read, if any.
+        let mut unreadable: Option<i64> = None;
         handle.read_batch(self.engine.settings.max_buffered_records, |m| {
             // SAFETY: a live message for the duration of this call.
-            let err = unsafe { (*m).err };
-            if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            let (err, offset) = unsafe { ((*m).err, (*m).offset) };
+            if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__BAD_MSG {
+                // Its offset is the unreadable record's own (the first of
+                // its record batch), not the fetch position.
+                unreadable = unreadable.max(Some(offset));
+            } else if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
                 // SAFETY: a live consumer message without error.
                 let record = unsafe {
                     Record::from_native(&self.state.topic, m, self.engine.settings.read_headers)
@@ -728,18 +793,132 @@ impl<H: Handler> Worker<H> {
         self.state.waiting.store(handle.len(), Ordering::Relaxed);
         // The next record to take (known: the batch path runs only once a
         // record was taken).
-        let target = if reposition { tracker.position() } else { None };
+        let next = tracker.position();
         drop(tracker);
+        let mut target = if reposition { next } else { None };
+        if let (Some(u), Some(next)) = (unreadable, next)
+            && let Some(past) = self.unreadable(u, next, noted)
+        {
+            target = Some(past);
+        }
         // At once, before the next read: records fetched from the wrong
         // position can then never be taken (the seek's new version makes
-        // them outdated). Not once the partition is stopping (revoked, lost
-        // or shutting down): it may already be someone else's, or this
-        // member's again with a new position.
-        if let Some(offset) = target
-            && !self.state.stop.is_cancelled()
-            && !self.state.revoked.load(Ordering::Acquire)
-        {
-            handle.seek(offset);
+        // them outdated).
+        if let Some(offset) = target {
+            self.reposition(handle, offset);
+        }
+    }
+
+    /// A record librdkafka cannot read (its record batch failed the CRC
+    /// check of `check.crcs`) at offset `u`, with `next` the next offset the
+    /// worker takes. librdkafka skips such a batch once records after it
+    /// are fetched with it, and fetches it again and again while it is the
+    /// last one it can get: the record cannot be handled, and it is never
+    /// delivered. Counted and logged once (librdkafka reports it on every
+    /// fetch; `noted` keeps the highest offset counted); returns the offset
+    /// to reposition to, past it, when the worker's next record is not
+    /// after it yet (else `None`).
+    fn unreadable(&self, u: i64, next: i64, noted: &mut Option<i64>) -> Option<i64> {
+        if noted.is_some_and(|n| u <= n) {
+            tracing::debug!(
+                topic = %self.state.topic,
+                partition = self.state.partition,
+                offset = u,
+                "unreadable record reported again"
+            );
+            return None;
+        }
+        *noted = Some(u);
+        self.engine
+            .counters
+            .unreadable
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            topic = %self.state.topic,
+            partition = self.state.partition,
+            offset = u,
+            "record cannot be read (its record batch failed librdkafka's CRC check); skipped and committed past: it is lost to this consumer group"
+        );
+        (u >= next).then_some(u + 1)
+    }
+
+    /// Seeks the partition to `offset`, the next record the worker takes,
+    /// and makes sure librdkafka served the seek: a seek that librdkafka
+    /// dropped as outdated (a rebalance's pause or resume, called in the
+    /// same instant, got a newer version and was served first) is sent
+    /// again, up to [`SEEK_ATTEMPTS`] times. Under
+    /// [`Assignment::seeking`](crate::engine::assignment::Assignment::seeking),
+    /// so that the seek never makes librdkafka drop a rebalance's resume.
+    /// Not once the partition is stopping (revoked, lost or shutting down):
+    /// it may already be someone else's, or this member's again with a new
+    /// position. Blocks the task's thread (in `block_in_place` on a
+    /// multi-thread runtime) until librdkafka answered: normally well
+    /// under a millisecond, at most [`SEEK_TIMEOUT`] per attempt.
+    fn reposition(&self, handle: &QueueHandle, offset: i64) {
+        use rdkafka::types::RDKafkaRespErr as E;
+        let stopping =
+            || self.state.stop.is_cancelled() || self.state.revoked.load(Ordering::Acquire);
+        let seek = || {
+            for attempt in 1..=SEEK_ATTEMPTS {
+                if stopping() {
+                    return;
+                }
+                let result = {
+                    let _seeking = self.engine.assignment.seeking();
+                    handle.seek(offset)
+                };
+                match result {
+                    Ok(()) => return,
+                    Err((E::RD_KAFKA_RESP_ERR__OUTDATED, _)) => {
+                        tracing::info!(
+                            topic = %self.state.topic,
+                            partition = self.state.partition,
+                            offset,
+                            attempt,
+                            "repositioning seek dropped by librdkafka as outdated (a newer operation on the partition, such as a rebalance's pause or resume, was served first); seeking again"
+                        );
+                    }
+                    Err((
+                        E::RD_KAFKA_RESP_ERR__STATE
+                        | E::RD_KAFKA_RESP_ERR__PREV_IN_PROGRESS
+                        | E::RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION
+                        | E::RD_KAFKA_RESP_ERR__DESTROY,
+                        reason,
+                    )) => {
+                        tracing::debug!(
+                            topic = %self.state.topic,
+                            partition = self.state.partition,
+                            %reason,
+                            "repositioning seek not served: the partition is not fetching (stopping or restarting)"
+                        );
+                        return;
+                    }
+                    Err((_, reason)) => {
+                        tracing::warn!(
+                            topic = %self.state.topic,
+                            partition = self.state.partition,
+                            offset,
+                            %reason,
+                            "repositioning the partition failed"
+                        );
+                        return;
+                    }
+                }
+            }
+            tracing::warn!(
+                topic = %self.state.topic,
+                partition = self.state.partition,
+                offset,
+                attempts = SEEK_ATTEMPTS,
+                "repositioning seek dropped as outdated every time; left to librdkafka"
+            );
+        };
+        if stopping() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(seek),
+            _ => seek(),
         }
     }
 
@@ -1237,6 +1416,12 @@ impl<H: Handler> Worker<H> {
     fn event_time(&self, record: &Record) -> EventTime {
         EventTime::of(self.engine.settings.event_time_header.as_deref(), record)
     }
+}
+
+/// Whether a consume error reports a record librdkafka could not read
+/// (`__BAD_MSG`: its record batch failed the CRC check).
+fn is_unreadable(e: &rdkafka::error::KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::BadMessage)
 }
 
 fn classify<H: Handler>(
