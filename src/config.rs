@@ -245,7 +245,9 @@ impl Settings {
             ));
         }
         let tiers = match &self.on_exhausted {
-            OnExhausted::RetryTopics(rt) => rt.plan(&self.topics).map_err(ConfigError::RetryTopics)?,
+            OnExhausted::RetryTopics(rt) => {
+                rt.plan(&self.topics).map_err(ConfigError::RetryTopics)?
+            }
             _ => crate::failure::TierPlan::default(),
         };
         if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {

@@ -341,9 +341,7 @@ impl PartitionState {
                     PartitionRetry {
                         source,
                         tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
-                        tier_topics: (1..=rt.tiers())
-                            .map(|k| rt.tier_topic(source, k))
-                            .collect(),
+                        tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
                     }
                 }),
             ),
@@ -1181,10 +1179,14 @@ impl<H: Handler> Worker<H> {
             let destination = match to {
                 To::DeadLetter => Destination::DeadLetter,
                 // Due a tier's delay after this write.
-                To::Tier { tier, delay } => Destination::Tier {
-                    tier,
-                    due_ms: crate::record::unix_ms(SystemTime::now() + delay),
-                },
+                To::Tier { tier, delay } => {
+                    let written_ms = crate::record::unix_ms(SystemTime::now());
+                    Destination::Tier {
+                        tier,
+                        written_ms,
+                        due_ms: written_ms.saturating_add(delay.as_millis() as i64),
+                    }
+                }
             };
             let sent = tokio::select! {
                 biased;

@@ -28,7 +28,7 @@
 //! | header | value |
 //! |---|---|
 //! | [`RETRY_TIER`] | the tier it was written to, from 1 |
-//! | [`RETRY_DUE`] | when it may be handled again, ms since the Unix epoch: the write time plus the tier's delay |
+//! | [`RETRY_DUE`] | when it may be handled again, ms since the Unix epoch: the tier record's timestamp (its write time, `CreateTime`) plus the tier's delay |
 //!
 //! With [`DeadLetterHeaders::SpringKafka`], the source fields use Spring
 //! Kafka's names and encodings instead ([`SPRING_TOPIC`], ...: partition as a
@@ -242,11 +242,16 @@ impl Origin {
     }
 }
 
-/// Where a write goes besides its topic: a retry tier (with the tier and
-/// its due time, ms since the Unix epoch), or the dead-letter topic.
+/// Where a write goes besides its topic: a retry tier (with the tier, the
+/// write's timestamp and its due time, ms since the Unix epoch), or the
+/// dead-letter topic.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Destination {
-    Tier { tier: usize, due_ms: i64 },
+    Tier {
+        tier: usize,
+        written_ms: i64,
+        due_ms: i64,
+    },
     DeadLetter,
 }
 
@@ -357,6 +362,10 @@ impl DeadLetterWriter {
     ) -> Result<(), KafkaError> {
         let headers = self.headers_for(record.topic(), origin, failure, destination);
         let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        if let Destination::Tier { written_ms, .. } = destination {
+            // The due time is this timestamp plus the tier's delay.
+            r = r.timestamp(written_ms);
+        }
         if let Some(k) = record.key() {
             r = r.key(k);
         }
@@ -413,7 +422,12 @@ impl DeadLetterWriter {
 
     #[cfg(test)]
     fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
-        self.headers_for(record.topic(), &Origin::of(record), f, Destination::DeadLetter)
+        self.headers_for(
+            record.topic(),
+            &Origin::of(record),
+            f,
+            Destination::DeadLetter,
+        )
     }
 
     /// The headers of a write of a record read from `failed_on`, from
@@ -487,7 +501,7 @@ impl DeadLetterWriter {
         h = text(h, FIRST_FAILURE, &ms(first).to_string());
         h = text(h, LAST_FAILURE, &ms(f.last_failure).to_string());
         let retried = !origin.history.is_empty();
-        if let Destination::Tier { tier, due_ms } = destination {
+        if let Destination::Tier { tier, due_ms, .. } = destination {
             h = text(h, RETRY_TIER, &tier.to_string());
             h = text(h, RETRY_DUE, &due_ms.to_string());
         }
@@ -809,6 +823,7 @@ mod tests {
                 &f,
                 Destination::Tier {
                     tier: 1,
+                    written_ms: 4_000,
                     due_ms: 5_000,
                 },
             );
@@ -835,7 +850,10 @@ mod tests {
             let h = w.headers_for("orders.retry.1s", &origin, &f2, Destination::DeadLetter);
             let parked = to_record(h, b"k", b"p");
             let d = DeadLetterRecord::from_record(&parked).unwrap();
-            assert_eq!((d.topic.as_str(), d.partition, d.offset), ("orders", 3, 386));
+            assert_eq!(
+                (d.topic.as_str(), d.partition, d.offset),
+                ("orders", 3, 386)
+            );
             assert_eq!(d.attempts, Some(3));
             assert_eq!(d.retry_tier, None);
             assert_eq!(

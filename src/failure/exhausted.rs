@@ -203,7 +203,12 @@ impl Exhausted {
     /// What to do with a record of `topic` whose attempts ran out
     /// (`permanent`: its last error was [`permanent`](crate::permanent)).
     /// `outcomes`: the run's records succeeded and records failed so far.
-    pub(crate) fn decide(&self, outcomes: (u64, u64), topic: &str, permanent: bool) -> Decision<'_> {
+    pub(crate) fn decide(
+        &self,
+        outcomes: (u64, u64),
+        topic: &str,
+        permanent: bool,
+    ) -> Decision<'_> {
         match (&self.on_exhausted, &self.dead_letter) {
             (OnExhausted::SkipAndCommitPast, _) => Decision::Skip,
             (OnExhausted::RetryTopics(rt), Some(writer)) => {

@@ -37,9 +37,9 @@ pub use exhausted::{
 };
 pub(crate) use exhausted::{Decision, Exhausted};
 pub(crate) use retry::is_permanent;
-pub use retry_topics::{DEFAULT_RETRY_TOPIC_SUFFIX, RetryTopics, TierNaming};
-pub(crate) use retry_topics::TierPlan;
 pub use retry::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
     Permanent, RetryPolicy, permanent,
 };
+pub(crate) use retry_topics::TierPlan;
+pub use retry_topics::{DEFAULT_RETRY_TOPIC_SUFFIX, RetryTopics, TierNaming};

@@ -144,7 +144,9 @@ impl RetryTopics {
 
     /// The delay of tier `tier` (1-based), if there is such a tier.
     pub fn delay(&self, tier: usize) -> Option<Duration> {
-        tier.checked_sub(1).and_then(|i| self.delays.get(i)).copied()
+        tier.checked_sub(1)
+            .and_then(|i| self.delays.get(i))
+            .copied()
     }
 
     /// The topic of tier `tier` (1-based) for records of `source`.

@@ -298,8 +298,14 @@ impl Instruments {
                         .iter()
                         .enumerate()
                         .map(|(i, t)| {
-                            let moved =
-                                with(&[KeyValue::new(RETRY_TIER, (i + 1).to_string())]);
+                            // The tier written to replaces a tier
+                            // partition's own tier attribute.
+                            let moved: Box<[KeyValue]> = base
+                                .iter()
+                                .filter(|kv| kv.key.as_str() != RETRY_TIER)
+                                .cloned()
+                                .chain([KeyValue::new(RETRY_TIER, (i + 1).to_string())])
+                                .collect();
                             let sent: Box<[KeyValue]> = [
                                 KeyValue::new(MESSAGING_SYSTEM, "kafka"),
                                 KeyValue::new(MESSAGING_DESTINATION_NAME, t.clone()),

@@ -158,9 +158,10 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// |---|---|---|
 /// | counter (u64) | `{message}` | partition attributes (of the partition the record failed on), [`RETRY_TIER`] = the tier written to |
 ///
-/// The partition attributes of a tier partition carry its own
-/// [`RETRY_TIER`], so `fresh_consumer.retry.tier` = `1` on a source
-/// partition's count and `2` on tier 1's count is "moved from tier 1 to 2".
+/// [`RETRY_TIER`] here is the tier written to, also on a tier partition's
+/// count (where it replaces the partition's own tier): a point with
+/// [`MESSAGING_DESTINATION_NAME`] = `orders.retry.10s` and
+/// `fresh_consumer.retry.tier` = `2` counts records moved from tier 1 to 2.
 pub const RETRY_MESSAGES: &str = "fresh_consumer.retry.messages";
 
 /// 1 while the storm guard holds records back from the dead-letter topic
