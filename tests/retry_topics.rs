@@ -325,7 +325,10 @@ async fn a_poison_record_passes_both_tiers_to_the_dead_letter_topic_without_hold
         assert_eq!(s.cluster.committed(&s.group, t, 1).await, vec![1]);
     }
     assert_eq!(summary.records_succeeded, 19);
+    assert_eq!(summary.records_retried, 2);
     assert_eq!(summary.records_dead_lettered, 1);
+    // Each receipt ends in one counter: 20 source records, 2 tier records.
+    assert_eq!(summary.records_received, 22);
 
     // The redrive tool reads the parked record back to its source topic,
     // with the original key, payload and timestamp, and none of the

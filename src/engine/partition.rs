@@ -1217,6 +1217,7 @@ impl<H: Handler> Worker<H> {
                         retry_in = ?delay,
                         "record moved to a retry tier; its partition moves on"
                     );
+                    self.engine.counters.retried.fetch_add(1, Ordering::Relaxed);
                     self.complete(record.offset());
                     return Done::Completed { succeeded_at: None };
                 }

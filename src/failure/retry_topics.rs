@@ -247,7 +247,7 @@ pub(crate) fn delay_label(d: Duration) -> String {
         return "0ms".to_owned();
     }
     for (unit, name) in [(3_600_000, "h"), (60_000, "m"), (1_000, "s")] {
-        if ms % unit == 0 {
+        if ms.is_multiple_of(unit) {
             return format!("{}{name}", ms / unit);
         }
     }
