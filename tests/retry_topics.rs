@@ -568,3 +568,74 @@ async fn records_waiting_in_a_tier_survive_a_restart() {
         }
     }
 }
+
+/// Not a test (ignored; run with `--ignored --nocapture`): how long the
+/// source partition takes to commit past 5,000 records when the first one
+/// fails for 3 s, under the retry-topic policy (a 3 s tier) and under the
+/// block policy (the record succeeds once 3 s passed). Prints both and
+/// their ratio; asserts nothing about speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_the_source_partition_while_a_poison_record_waits() {
+    const N: i64 = 5_000;
+    let hold = Duration::from_secs(3);
+    let mut took = Vec::new();
+    for tiers in [true, false] {
+        let policy = RetryTopics::new([hold]);
+        let s = setup(
+            if tiers {
+                "rt-measure-tiers"
+            } else {
+                "rt-measure-block"
+            },
+            0,
+            &policy,
+            0,
+        )
+        .await;
+        s.cluster.produce_bulk(&s.topic, 0, N as usize, 100).await;
+        let first: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let handler = {
+            let first = Arc::clone(&first);
+            move |r: Record| {
+                let mut f = first.lock().unwrap();
+                let fail = r.offset() == 0
+                    && r.key() == Some(&b"bulk-0"[..])
+                    && f.get_or_insert_with(Instant::now).elapsed() < hold;
+                std::future::ready(if fail {
+                    Err::<(), fresh_consumer::BoxError>("not yet".into())
+                } else {
+                    Ok(())
+                })
+            }
+        };
+        let consumer = s.cluster.consumer(&s.group, &s.topic, handler);
+        let consumer = if tiers {
+            consumer.on_exhausted(OnExhausted::RetryTopics(policy))
+        } else {
+            consumer.retry(
+                fresh_consumer::RetryPolicy::new()
+                    .max_attempts(1)
+                    .backoff(ms(10), ms(100)),
+            )
+        };
+        let started = Instant::now();
+        let run = start(consumer);
+        s.cluster.wait_committed(&s.group, &s.topic, &[N]).await;
+        let t = started.elapsed();
+        run.stop().await;
+        eprintln!(
+            "{}: source partition committed past {N} records in {t:?}",
+            if tiers {
+                "retry topics (3 s tier)"
+            } else {
+                "block (3 s)"
+            }
+        );
+        took.push(t);
+    }
+    eprintln!(
+        "ratio block / retry topics: {:.2}",
+        took[1].as_secs_f64() / took[0].as_secs_f64()
+    );
+}
