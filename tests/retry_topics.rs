@@ -639,3 +639,118 @@ async fn measure_the_source_partition_while_a_poison_record_waits() {
         took[1].as_secs_f64() / took[0].as_secs_f64()
     );
 }
+
+/// Where the crash test's child writes `payload topic` lines as its handler
+/// succeeds.
+const CHILD_OUT: &str = "FRESH_CHILD_OUT";
+
+/// The consumer process of `a_crash_between_the_tier_write_and_the_commit_loses_nothing`
+/// (a no-op when run as itself): retry topics with one 1 s tier; every
+/// record fails on the source and succeeds from the tier; commits only at
+/// shutdown (a 1 h interval), so a SIGKILL always lands between a tier
+/// write and the source commit.
+#[test]
+fn retry_topics_child_consumer() {
+    use std::io::Write;
+    use support::child;
+    let Some(target) = child::target() else {
+        return;
+    };
+    support::logs::init();
+    let out = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(child::var(CHILD_OUT))
+            .expect("output file"),
+    ));
+    let source = target.topic.clone();
+    let handler = move |r: Record| {
+        let result = if r.topic() == source {
+            Err(std::io::Error::other("fails on the source"))
+        } else {
+            let line = format!(
+                "{} {}\n",
+                String::from_utf8_lossy(r.payload().unwrap_or_default()),
+                r.topic()
+            );
+            let mut f = out.lock().unwrap();
+            f.write_all(line.as_bytes()).and_then(|()| f.flush())
+        };
+        std::future::ready(result)
+    };
+    let consumer = child::consumer(handler, &target)
+        .commit_interval(Duration::from_secs(3600))
+        .commit_batch_records(1_000_000)
+        .on_exhausted(OnExhausted::RetryTopics(RetryTopics::new([ms(1000)])));
+    let summary =
+        child::block_on(consumer.run_until(child::stdin_closed())).expect("the child consumer ran");
+    eprintln!("child summary: {summary:?}");
+}
+
+/// A consumer process is SIGKILLed after its records were written to the
+/// tier (acknowledged) and before the source offsets were committed; a
+/// second process in the same group handles every record (at least once:
+/// the source records fail again and are written to the tier a second
+/// time), and the source is committed to its end only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_tier_write_and_the_commit_loses_nothing() {
+    use support::child::{self, ChildProcess};
+    let policy = RetryTopics::new([ms(1000)]);
+    let s = setup("rt-crash", 3, &policy, now_ms() - 60_000).await;
+    let dir = std::env::temp_dir().join(unique("rt-crash"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("handled.out");
+    let spawn = |name: &str| {
+        let mut command = child::command(
+            "retry_topics_child_consumer",
+            &s.cluster,
+            &s.group,
+            &s.topic,
+        );
+        command.env(CHILD_OUT, &out);
+        ChildProcess::spawn(name, &dir, command)
+    };
+    let mut first = spawn("first");
+    wait_until(WAIT, "three records written to the tier", || async {
+        s.cluster.high_watermarks(&s.tiers[0], 1).await == vec![3]
+    })
+    .await;
+    first.assert_running();
+    first.kill();
+    assert_eq!(
+        s.cluster.committed(&s.group, &s.topic, 1).await,
+        vec![-1001],
+        "the source was not committed before the crash"
+    );
+
+    let mut second = spawn("second");
+    // Lines of `payload tier-topic`: one per tier record handled.
+    let handled = || {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let mut payloads: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.split(' ').next().map(str::to_owned))
+            .collect();
+        payloads.sort();
+        payloads
+    };
+    // The source records fail again in the second process and are written
+    // to the tier a second time; all six tier records are handled.
+    wait_until(WAIT, "every tier record handled", || {
+        let done = handled().len() >= 6;
+        async move { done }
+    })
+    .await;
+    let status = second.stop().await;
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        handled(),
+        ["p-0", "p-0", "p-1", "p-1", "p-2", "p-2"],
+        "each record handled once per tier copy: at least once"
+    );
+    assert_eq!(s.cluster.committed(&s.group, &s.topic, 1).await, vec![3]);
+    assert_eq!(s.cluster.high_watermarks(&s.tiers[0], 1).await, vec![6]);
+    assert_eq!(s.cluster.committed(&s.group, &s.tiers[0], 1).await, vec![6]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
