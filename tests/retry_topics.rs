@@ -569,6 +569,41 @@ async fn records_waiting_in_a_tier_survive_a_restart() {
     }
 }
 
+/// The less-travelled paths: partitions handed over by the poll loop
+/// (`split_partition_queues(false)`, where the poll loop's own pause for a
+/// full buffer meets the tier's pause) and key order (several tier records
+/// waiting at once, one pause for all of them). Ten records of five keys
+/// fail once each; every one is handled from the tier no earlier than its
+/// due time, and all offsets are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_order_and_poll_loop_hand_over_honour_due_times() {
+    let delay = ms(700);
+    let policy = RetryTopics::new([delay]);
+    let s = setup("rt-keys", 10, &policy, now_ms() - 60_000).await;
+    let calls = Calls::default();
+    let handler = calls.handler(|_, n| (n == 1).then(|| "first try fails".into()));
+    let run = start(
+        s.cluster
+            .consumer(&s.group, &s.topic, handler)
+            .split_partition_queues(false)
+            .max_buffered_records(2)
+            .processing_order(fresh_consumer::ProcessingOrder::Key { max_in_flight: 4 })
+            .on_exhausted(OnExhausted::RetryTopics(policy)),
+    );
+    s.cluster.wait_committed(&s.group, &s.topic, &[10]).await;
+    s.cluster.wait_committed(&s.group, &s.tiers[0], &[10]).await;
+    run.stop().await;
+    let tier = read_topic(&s.cluster, &s.tiers[0]).await;
+    assert_eq!(tier.len(), 10);
+    for r in &tier {
+        let p = String::from_utf8_lossy(r.payload().unwrap()).into_owned();
+        let c = calls.of(&p);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(c[1].ok && c[1].topic == s.tiers[0]);
+        assert_due_honoured(&c[1], r, delay);
+    }
+}
+
 /// Not a test (ignored; run with `--ignored --nocapture`): how long the
 /// source partition takes to commit past 5,000 records when the first one
 /// fails for 3 s, under the retry-topic policy (a 3 s tier) and under the
