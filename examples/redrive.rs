@@ -30,6 +30,11 @@
 //!
 //! The consumer that handles the source topic must be fixed first: a record
 //! that still fails is simply dead-lettered again (with a new offset).
+//!
+//! Records dead-lettered after retry tiers (`OnExhausted::RetryTopics`) are
+//! read the same way: their source fields name the original topic,
+//! partition and offset (not a tier's), the tier headers are dropped on
+//! redrive, and `--list` prints their failed stops (source, then each tier).
 
 #[path = "support/cli.rs"]
 mod cli;
@@ -266,6 +271,15 @@ async fn redrive(
             d.error_message.as_deref().unwrap_or(""),
             if chosen { "-> redrive" } else { "" }
         );
+        // A record that went through retry tiers (`OnExhausted::RetryTopics`)
+        // lists its failed stops; its source fields name the original
+        // record, so it is redriven to the source topic like any other.
+        for stop in &d.history {
+            println!(
+                "    failed on {} at {} ms: {}",
+                stop.topic, stop.failed_at_ms, stop.error_type
+            );
+        }
         if !chosen {
             continue;
         }

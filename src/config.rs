@@ -94,6 +94,8 @@ pub(crate) struct Validated {
     /// [`secret_fragments`].
     pub(crate) secrets: Vec<String>,
     pub(crate) health: crate::health::thresholds::HealthConfig,
+    /// The tier topics of [`OnExhausted::RetryTopics`] (empty otherwise).
+    pub(crate) tiers: crate::failure::TierPlan,
 }
 
 impl Default for Settings {
@@ -242,6 +244,12 @@ impl Settings {
                 "dead-letter topic must not be empty",
             ));
         }
+        let tiers = match &self.on_exhausted {
+            OnExhausted::RetryTopics(rt) => {
+                rt.plan(&self.topics).map_err(ConfigError::RetryTopics)?
+            }
+            _ => crate::failure::TierPlan::default(),
+        };
         if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
             return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
         }
@@ -257,7 +265,10 @@ impl Settings {
                     "`event_time_header` takes the event time from a header: headers must be read",
                 ));
             }
-            if matches!(self.on_exhausted, OnExhausted::DeadLetter(_)) {
+            if matches!(
+                self.on_exhausted,
+                OnExhausted::DeadLetter(_) | OnExhausted::RetryTopics(_)
+            ) {
                 return Err(invalid(
                     "read_headers",
                     "dead-letter records carry the original record's headers: headers must be read",
@@ -321,6 +332,7 @@ impl Settings {
             max_poll_interval,
             secrets: secret_fragments(&self.properties),
             health,
+            tiers,
         })
     }
 }

@@ -203,6 +203,17 @@ impl<H> FreshConsumer<H> {
     /// a [`permanent`](crate::permanent) error. Defaults to
     /// [`OnExhausted::Block`](crate::failure::OnExhausted::Block): the partition stops at the record and keeps
     /// retrying at the capped backoff.
+    ///
+    /// With [`OnExhausted::RetryTopics`](crate::failure::OnExhausted::RetryTopics)
+    /// the consumer also subscribes to every tier topic of every topic in
+    /// [`topics`](Self::topics), in the same group, and handles tier
+    /// records with the same handler (see [`RetryTopics`](crate::RetryTopics)).
+    ///
+    /// # Errors
+    /// [`ConfigError::RetryTopics`] from [`validate`](Self::validate) and
+    /// `run_until` for a retry-topic policy without tiers, with a delay
+    /// below 1 ms or shorter than the tier before, with topic names that
+    /// collide, or with a pattern subscription.
     pub fn on_exhausted(mut self, policy: OnExhausted) -> Self {
         self.settings.on_exhausted = policy;
         self
@@ -580,6 +591,55 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn bad_retry_topics_are_typed_config_errors() {
+        use crate::error::RetryTopicsError;
+        use crate::failure::RetryTopics;
+        let s = Duration::from_secs;
+        base()
+            .on_exhausted(OnExhausted::RetryTopics(RetryTopics::new([s(1), s(2)])))
+            .validate()
+            .unwrap();
+        for (policy, topics, want) in [
+            (RetryTopics::new([]), vec!["t"], RetryTopicsError::NoTiers),
+            (
+                RetryTopics::new([s(2), s(1)]),
+                vec!["t"],
+                RetryTopicsError::UnsortedDelays { tier: 2 },
+            ),
+            (
+                RetryTopics::new([Duration::ZERO]),
+                vec!["t"],
+                RetryTopicsError::ZeroDelay { tier: 1 },
+            ),
+            (
+                RetryTopics::new([s(1)]),
+                vec!["t", "t.retry.1s"],
+                RetryTopicsError::TopicCollision {
+                    topic: "t.retry.1s".into(),
+                    first: "source topic t.retry.1s".into(),
+                    second: "tier 1 of t".into(),
+                },
+            ),
+        ] {
+            let e = base()
+                .topics(topics)
+                .on_exhausted(OnExhausted::RetryTopics(policy))
+                .validate();
+            assert_eq!(e, Err(ConfigError::RetryTopics(want)));
+        }
+        assert!(matches!(
+            base()
+                .read_headers(false)
+                .on_exhausted(OnExhausted::RetryTopics(RetryTopics::new([s(1)])))
+                .validate(),
+            Err(ConfigError::InvalidOption {
+                option: "read_headers",
+                ..
+            })
+        ));
     }
 
     #[test]

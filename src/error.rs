@@ -42,6 +42,10 @@ pub enum ConfigError {
         /// Why the value is invalid.
         reason: String,
     },
+    /// The retry-topic policy ([`OnExhausted::RetryTopics`](crate::OnExhausted::RetryTopics))
+    /// cannot run with these topics.
+    #[error("invalid retry topics")]
+    RetryTopics(#[source] RetryTopicsError),
     /// librdkafka rejected a property (unknown name or invalid value), or
     /// the library does not support the value (`enable.partition.eof=true`).
     /// For secret properties the reason does not repeat the value.
@@ -52,6 +56,51 @@ pub enum ConfigError {
         /// Why: librdkafka's reason, or the library's for a value it does not
         /// support (secret values redacted).
         reason: String,
+    },
+}
+
+/// Why a [`RetryTopics`](crate::failure::RetryTopics) policy cannot run,
+/// inside [`ConfigError::RetryTopics`].
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryTopicsError {
+    /// No tier: give at least one delay.
+    #[error("no retry tiers: give at least one delay")]
+    NoTiers,
+    /// A tier's delay is below 1 ms.
+    #[error("tier {tier}: the delay must be at least 1 ms")]
+    ZeroDelay {
+        /// The tier, from 1.
+        tier: usize,
+    },
+    /// A tier's delay is shorter than the one before it.
+    #[error("tier {tier}: the delay is shorter than the previous tier's")]
+    UnsortedDelays {
+        /// The tier, from 1.
+        tier: usize,
+    },
+    /// The suffix of the tier topic names is empty.
+    #[error("the tier topic suffix must not be empty")]
+    EmptySuffix,
+    /// The dead-letter topic name is empty.
+    #[error("the dead-letter topic must not be empty")]
+    EmptyDeadLetterTopic,
+    /// Two uses share one topic name (two tiers, a tier and a subscribed
+    /// topic, the dead-letter topic and a source or tier).
+    #[error("topic `{topic}` would be both {first} and {second}")]
+    TopicCollision {
+        /// The shared name.
+        topic: String,
+        /// Its first use.
+        first: String,
+        /// Its second use.
+        second: String,
+    },
+    /// A subscription by pattern (`^...`): its tier topics cannot be known.
+    #[error("pattern subscription `{pattern}`: retry topics need literal topic names")]
+    PatternSubscription {
+        /// The pattern.
+        pattern: String,
     },
 }
 

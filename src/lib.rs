@@ -124,13 +124,13 @@ pub use config::{
     DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use consumer::FreshConsumer;
-pub use error::{ConfigError, RunError};
+pub use error::{ConfigError, RetryTopicsError, RunError};
 pub use failure::dead_letter;
 pub use failure::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
     DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF, DEFAULT_STORM_MAX_FAILURE_RATIO,
     DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
-    Permanent, RetryPolicy, StormGuard, permanent,
+    Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
 };
 pub use handler::{BoxError, Handler};
 pub use health::{

@@ -15,7 +15,8 @@ pub struct TopicPartition {
 ///
 /// Every record received ends in exactly one of the record counters:
 /// `records_received = records_succeeded + records_dead_lettered +
-/// records_skipped + late_completions + records_unassigned`, except for
+/// records_retried + records_skipped + late_completions +
+/// records_unassigned`, except for
 /// records whose handler was still running when
 /// [`shutdown_timeout`](crate::FreshConsumer::shutdown_timeout) ran out
 /// (`shutdown_timed_out` is then `true`).
@@ -39,6 +40,12 @@ pub struct RunSummary {
     /// Records whose attempts ran out and that were written to the
     /// dead-letter topic (acknowledged by the broker) and committed past.
     pub records_dead_lettered: u64,
+    /// Records whose attempts ran out and that were written to a retry tier
+    /// (acknowledged by the broker) and committed past
+    /// ([`OnExhausted::RetryTopics`](crate::OnExhausted::RetryTopics)). The
+    /// same record read back from the tier is received again, so it counts
+    /// once per tier it passed.
+    pub records_retried: u64,
     /// Records whose attempts ran out and that were given up and committed
     /// past ([`OnExhausted::SkipAndCommitPast`](crate::OnExhausted::SkipAndCommitPast)).
     pub records_skipped: u64,

@@ -16,6 +16,8 @@ pub(crate) struct Counters {
     pub(crate) records_failed: AtomicU64,
     pub(crate) late_completions: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    /// Records moved to a retry tier.
+    pub(crate) retried: AtomicU64,
     pub(crate) skipped: AtomicU64,
     pub(crate) unassigned: AtomicU64,
     /// Records librdkafka could not read (skipped, never delivered).
@@ -74,6 +76,7 @@ impl Counters {
             failed_attempts: self.failed_attempts.load(Ordering::Relaxed),
             late_completions: self.late_completions.load(Ordering::Relaxed),
             records_dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            records_retried: self.retried.load(Ordering::Relaxed),
             records_skipped: self.skipped.load(Ordering::Relaxed),
             records_unassigned: self.unassigned.load(Ordering::Relaxed),
             records_unreadable: self.unreadable.load(Ordering::Relaxed),

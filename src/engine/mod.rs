@@ -76,6 +76,10 @@ type Kafka<H> = StreamConsumer<Ctx<H>>;
 pub(crate) enum Ctrl {
     /// A paused partition's buffer drained to half: refill it and resume.
     Drained(Arc<PartitionState>),
+    /// A retry-tier partition's next record is not due yet (`true`): pause
+    /// it so nothing more is fetched meanwhile; or it is due now (`false`):
+    /// resume it (unless its buffer still holds it paused).
+    Hold(Arc<PartitionState>, bool),
 }
 
 /// The options the workers and the rebalance callbacks read.
@@ -150,8 +154,15 @@ where
     let health = Arc::clone(&settings.health.hub);
     let _health_run = RunGuard::new(&health);
     health.register_instruments(&meter, &validated.group_id);
-    let dead_letter = match &settings.on_exhausted {
-        OnExhausted::DeadLetter(config) => {
+    let dead_letter_config = match &settings.on_exhausted {
+        OnExhausted::DeadLetter(config) => Some(config),
+        // The tier writes and the final dead-letter writes share one
+        // producer, with the dead-letter configuration.
+        OnExhausted::RetryTopics(rt) => Some(&rt.dead_letter),
+        _ => None,
+    };
+    let dead_letter = match dead_letter_config {
+        Some(config) => {
             let properties: Vec<(String, String)> = validated
                 .client_config
                 .config_map()
@@ -191,6 +202,7 @@ where
         exhausted: Arc::new(Exhausted::new(
             settings.on_exhausted.clone(),
             dead_letter,
+            validated.tiers.clone(),
             settings.storm_guard.clone(),
             instruments.clone(),
         )),
@@ -219,7 +231,15 @@ where
             .map_err(RunError::Client)?,
     );
     let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
-    let topics: Vec<&str> = validated.topics.iter().map(String::as_str).collect();
+    // With retry topics, the same consumer (and group) reads the tiers: a
+    // tier record is handled by the same handler, no earlier than its due
+    // time (see `partition.rs`).
+    let topics: Vec<&str> = validated
+        .topics
+        .iter()
+        .map(String::as_str)
+        .chain(validated.tiers.topics())
+        .collect();
     consumer.subscribe(&topics).map_err(RunError::Client)?;
 
     let committer = {

@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::tracker::OffsetTracker;
 use crate::engine::{Ctrl, Engine, IDLE_POLL_TICK};
 use crate::failure::Decision;
-use crate::failure::dead_letter::{DeadLetterWriter, FailureInfo};
+use crate::failure::dead_letter::{self, DeadLetterWriter, Destination, FailureInfo, Origin};
 use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::health::partition::PartitionHealth;
-use crate::metrics::instruments::{AttemptError, PartitionInstruments};
+use crate::metrics::instruments::{AttemptError, PartitionInstruments, PartitionRetry};
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::EventTime;
 use crate::record::Record;
@@ -365,11 +365,15 @@ impl PartitionState {
             metrics: engine.instruments.partition(
                 topic,
                 partition,
-                engine
-                    .exhausted
-                    .dead_letter()
-                    .map(|d| d.topic_for(topic))
-                    .as_deref(),
+                engine.exhausted.dead_letter_topic_for(topic).as_deref(),
+                engine.exhausted.retry_topics().map(|rt| {
+                    let source = engine.exhausted.source_of(topic);
+                    PartitionRetry {
+                        source,
+                        tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
+                        tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
+                    }
+                }),
             ),
             health: PartitionHealth::new(engine.health.origin()),
         });
@@ -378,6 +382,7 @@ impl PartitionState {
             engine: Arc::clone(engine),
             handler: Arc::clone(handler),
             blocked: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
             unflushed: AtomicU64::new(0),
             unflushed_received: AtomicU64::new(0),
             _done: done_tx,
@@ -424,6 +429,9 @@ struct Worker<H> {
     /// order, one per key lane in key order. `blocked_since` is set while it
     /// is above 0. Only the worker's task touches it.
     blocked: AtomicUsize,
+    /// Records of this retry-tier partition waiting for their due time: the
+    /// partition is paused ([`Ctrl::Hold`]) while it is above 0.
+    held: AtomicUsize,
     /// Successes not yet added to the shared counters (only this worker's
     /// task touches it).
     unflushed: AtomicU64,
@@ -1149,8 +1157,32 @@ impl<H: Handler> Worker<H> {
 
     async fn attempt_until_done(&self, record: Record, mut start: Option<Instant>) -> Done {
         let offset = record.offset();
-        let event_time = self.event_time(&record);
+        let exhausted = &self.engine.exhausted;
+        let tier = exhausted.tier_of(record.topic());
+        // A record read from a retry tier: where it came from (its original
+        // event time among it), and not before its due time.
+        let origin = tier.map(|_| Origin::of_tier_record(&record));
+        let event_time = match &origin {
+            Some(o) if self.engine.settings.event_time_header.is_none() => {
+                EventTime::Record(o.timestamp)
+            }
+            _ => self.event_time(&record),
+        };
+        if let Some(t) = tier {
+            let delay = exhausted
+                .retry_topics()
+                .and_then(|rt| rt.delay(t.tier))
+                .unwrap_or_default();
+            if !self.wait_until_due(due_ms(&record, delay)).await {
+                return Done::Stopped;
+            }
+            // The wait is not part of the first attempt.
+            start = None;
+        }
         let retry = &self.engine.settings.retry;
+        let max_attempts = exhausted
+            .attempts_in_place(record.topic())
+            .unwrap_or(retry.max_attempts);
         let mut attempt: u32 = 0;
         let mut first_failure: Option<SystemTime> = None;
         let mut blocked = BlockGuard {
@@ -1229,7 +1261,7 @@ impl<H: Handler> Worker<H> {
             } else {
                 kind.as_str()
             };
-            if !permanent && attempt < retry.max_attempts {
+            if !permanent && attempt < max_attempts {
                 let delay = retry.delay(attempt);
                 tracing::warn!(
                     topic = %self.state.topic,
@@ -1255,11 +1287,7 @@ impl<H: Handler> Worker<H> {
                 first_failure: first_failure.unwrap_or(now),
                 last_failure: now,
             };
-            match self
-                .engine
-                .exhausted
-                .decide(self.engine.counters.outcomes())
-            {
+            match exhausted.decide(self.engine.counters.outcomes(), record.topic(), permanent) {
                 Decision::Skip => {
                     tracing::error!(
                         topic = %self.state.topic,
@@ -1277,7 +1305,32 @@ impl<H: Handler> Worker<H> {
                     return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
-                    return self.park(writer, &record, failure, &mut blocked).await;
+                    let origin = origin.clone().unwrap_or_else(|| Origin::of(&record));
+                    let out = Outgoing {
+                        origin: &origin,
+                        failure: &failure,
+                        topic: writer.topic_for(exhausted.source_of(record.topic())),
+                        to: To::DeadLetter,
+                    };
+                    return self.write_out(writer, &record, out, &mut blocked).await;
+                }
+                Decision::RetryTier {
+                    writer,
+                    tier,
+                    delay,
+                } => {
+                    let origin = origin.clone().unwrap_or_else(|| Origin::of(&record));
+                    let topic = exhausted
+                        .retry_topics()
+                        .map(|rt| rt.tier_topic(exhausted.source_of(record.topic()), tier))
+                        .unwrap_or_default();
+                    let out = Outgoing {
+                        origin: &origin,
+                        failure: &failure,
+                        topic,
+                        to: To::Tier { tier, delay },
+                    };
+                    return self.write_out(writer, &record, out, &mut blocked).await;
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -1302,27 +1355,71 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// Writes `record` to its dead-letter topic, retrying the write at the
-    /// capped backoff until the broker acknowledges it; only then is the
-    /// record's offset committable. The partition counts as blocked while a
-    /// write fails.
-    async fn park(
+    /// Writes `record` to its dead-letter topic or its next retry tier,
+    /// retrying the write at the capped backoff until the broker
+    /// acknowledges it; only then is the record's offset committable. The
+    /// partition counts as blocked while a write fails.
+    async fn write_out(
         &self,
         writer: &DeadLetterWriter,
         record: &Record,
-        failure: FailureInfo,
+        out: Outgoing<'_>,
         blocked: &mut BlockGuard<'_, H>,
     ) -> Done {
-        let topic = writer.topic_for(record.topic());
+        let Outgoing {
+            origin,
+            failure,
+            topic,
+            to,
+        } = out;
         let mut write_attempt: u32 = 0;
         loop {
             write_attempt += 1;
+            let destination = match to {
+                To::DeadLetter => Destination::DeadLetter,
+                // Due a tier's delay after this write.
+                To::Tier { tier, delay } => {
+                    let written_ms = crate::record::unix_ms(SystemTime::now());
+                    Destination::Tier {
+                        tier,
+                        written_ms,
+                        due_ms: written_ms.saturating_add(delay.as_millis() as i64),
+                    }
+                }
+            };
             let sent = tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => return Done::Stopped,
-                r = writer.park(record, &topic, &failure) => r,
+                r = writer.write(record, origin, &topic, failure, destination) => r,
             };
             match sent {
+                Ok(()) if matches!(to, To::Tier { .. }) => {
+                    let To::Tier { tier, delay } = to else {
+                        unreachable!()
+                    };
+                    self.state.metrics.retry_tier_written(tier, None);
+                    blocked.unblock();
+                    if self.state.revoked.load(Ordering::Acquire) {
+                        // Written, but the partition moved on: its new owner
+                        // will handle the record again (at-least-once).
+                        self.engine.counters.late_completion();
+                        return Done::Late;
+                    }
+                    tracing::info!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset = record.offset(),
+                        attempts = failure.attempts,
+                        error.type = failure.error_type,
+                        retry_topic = %topic,
+                        tier,
+                        retry_in = ?delay,
+                        "record moved to a retry tier; its partition moves on"
+                    );
+                    self.engine.counters.retried.fetch_add(1, Ordering::Relaxed);
+                    self.complete(record.offset());
+                    return Done::Completed { succeeded_at: None };
+                }
                 Ok(()) => {
                     self.state.metrics.dead_lettered(None);
                     blocked.unblock();
@@ -1339,6 +1436,7 @@ impl<H: Handler> Worker<H> {
                         attempts = failure.attempts,
                         error.type = failure.error_type,
                         dead_letter_topic = %topic,
+                        retried = !origin.history.is_empty(),
                         "record dead-lettered after its last attempt"
                     );
                     self.engine
@@ -1349,19 +1447,27 @@ impl<H: Handler> Worker<H> {
                     return Done::Completed { succeeded_at: None };
                 }
                 Err(e) => {
-                    self.state
-                        .metrics
-                        .dead_lettered(Some(crate::metrics::instruments::kafka_error_name_of(&e)));
+                    let name = crate::metrics::instruments::kafka_error_name_of(&e);
+                    match to {
+                        To::Tier { tier, .. } => {
+                            self.state.metrics.retry_tier_written(tier, Some(name))
+                        }
+                        To::DeadLetter => self.state.metrics.dead_lettered(Some(name)),
+                    }
                     blocked.block();
                     let delay = self.engine.settings.retry.delay(write_attempt);
+                    let what = match to {
+                        To::Tier { .. } => "retry tier",
+                        To::DeadLetter => "dead-letter topic",
+                    };
                     tracing::error!(
                         topic = %self.state.topic,
                         partition = self.state.partition,
                         offset = record.offset(),
-                        dead_letter_topic = %topic,
+                        destination = %topic,
                         error = %e,
                         retry_in = ?delay,
-                        "writing to the dead-letter topic failed; the record stays uncommitted and the write is retried"
+                        "writing to the {what} failed; the record stays uncommitted and the write is retried"
                     );
                     if !self.sleep(delay).await {
                         return Done::Stopped;
@@ -1403,6 +1509,35 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// Waits until `due_ms` (ms since the Unix epoch, wall clock) has
+    /// passed, with the partition paused meanwhile ([`Ctrl::Hold`]), unless
+    /// the partition is stopped first. Returns `false` when stopped. The
+    /// worker's task waits on a timer: the poll loop and every other
+    /// partition go on, and `max.poll.interval.ms` is not at stake.
+    async fn wait_until_due(&self, due_ms: i64) -> bool {
+        let mut hold: Option<HoldGuard<'_, H>> = None;
+        loop {
+            let now = crate::record::unix_ms(SystemTime::now());
+            if now >= due_ms {
+                return true;
+            }
+            if hold.is_none() {
+                tracing::debug!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    wait_ms = due_ms - now,
+                    "retry-tier record not due yet; pausing the partition until it is"
+                );
+                hold = Some(HoldGuard::new(self));
+            }
+            // Whole milliseconds, then checked again: never early.
+            let wait = Duration::from_millis((due_ms - now) as u64);
+            if !self.sleep(wait).await {
+                return false;
+            }
+        }
+    }
+
     /// Sleeps unless the partition is stopped first. Returns `false` when
     /// stopped.
     async fn sleep(&self, delay: Duration) -> bool {
@@ -1422,6 +1557,71 @@ impl<H: Handler> Worker<H> {
 /// (`__BAD_MSG`: its record batch failed the CRC check).
 fn is_unreadable(e: &rdkafka::error::KafkaError) -> bool {
     e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::BadMessage)
+}
+
+/// The due time of a record read from a retry tier, ms since the Unix
+/// epoch: its [`RETRY_DUE`](dead_letter::RETRY_DUE) header, or (written
+/// there without one) its timestamp plus the tier's `delay`, or now.
+fn due_ms(record: &Record, delay: Duration) -> i64 {
+    record
+        .header(dead_letter::RETRY_DUE)
+        .flatten()
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or_else(|| {
+            record
+                .timestamp()
+                .millis()
+                .map(|ms| ms.saturating_add(delay.as_millis() as i64))
+        })
+        .unwrap_or(0)
+}
+
+/// Where [`Worker::write_out`] writes a record.
+#[derive(Clone, Copy)]
+enum To {
+    DeadLetter,
+    Tier { tier: usize, delay: Duration },
+}
+
+/// A write of a failed record: from where, after which failure, to which
+/// topic.
+struct Outgoing<'a> {
+    origin: &'a Origin,
+    failure: &'a FailureInfo,
+    topic: String,
+    to: To,
+}
+
+/// One waiting record's share of its retry-tier partition's pause: the
+/// partition is paused while any record holds one (several can with
+/// [`ProcessingOrder::Key`]).
+struct HoldGuard<'a, H> {
+    worker: &'a Worker<H>,
+}
+
+impl<'a, H> HoldGuard<'a, H> {
+    fn new(worker: &'a Worker<H>) -> Self {
+        if worker.held.fetch_add(1, Ordering::AcqRel) == 0 {
+            let _ = worker
+                .engine
+                .ctrl_tx
+                .send(Ctrl::Hold(Arc::clone(&worker.state), true));
+        }
+        HoldGuard { worker }
+    }
+}
+
+impl<H> Drop for HoldGuard<'_, H> {
+    fn drop(&mut self) {
+        let w = self.worker;
+        if w.held.fetch_sub(1, Ordering::AcqRel) == 1 && !w.state.stop.is_cancelled() {
+            let _ = w
+                .engine
+                .ctrl_tx
+                .send(Ctrl::Hold(Arc::clone(&w.state), false));
+        }
+    }
 }
 
 fn classify<H: Handler>(

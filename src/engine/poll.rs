@@ -52,6 +52,9 @@ struct Slot {
     /// anything newer.
     overflow: VecDeque<Record>,
     paused: bool,
+    /// Paused because the worker waits for a retry-tier record's due time
+    /// ([`Ctrl::Hold`]); a drained buffer does not resume it meanwhile.
+    held: bool,
     /// Until when a full buffer pauses the partition without waiting.
     slow_until: Option<Instant>,
 }
@@ -142,6 +145,10 @@ impl<H: Handler> PollLoop<H> {
             let first = match event {
                 Err(Ctrl::Drained(state)) => {
                     self.refill(&state);
+                    continue;
+                }
+                Err(Ctrl::Hold(state, hold)) => {
+                    self.hold(&state, hold);
                     continue;
                 }
                 // Idle tick (or the stream's end, which rdkafka never reports).
@@ -378,6 +385,7 @@ impl<H: Handler> PollLoop<H> {
                 staged: Vec::new(),
                 overflow: VecDeque::new(),
                 paused: false,
+                held: false,
             });
             let i = match self.slots.iter().position(|(t, _)| t == topic) {
                 Some(i) => i,
@@ -425,7 +433,7 @@ impl<H: Handler> PollLoop<H> {
                 }
             }
         }
-        if slot.paused {
+        if slot.paused && !slot.held {
             let tpl = single(&slot.state);
             match self.consumer.resume(&tpl) {
                 Ok(()) => {
@@ -433,6 +441,34 @@ impl<H: Handler> PollLoop<H> {
                     restart_fetch(&*self.consumer, &slot.state);
                 }
                 Err(e) => tracing::warn!(error = %e, "resuming a drained partition failed"),
+            }
+        }
+    }
+
+    /// Pauses a retry-tier partition while its worker waits for a record's
+    /// due time (`hold`), and resumes it once the record is due (unless its
+    /// full buffer keeps it paused: the drain resumes it then). Pausing
+    /// stops the fetch (librdkafka drops what it prefetched and fetches
+    /// again from the position after the resume), so a waiting tier holds
+    /// no more than what its worker already took.
+    fn hold(&mut self, state: &Arc<PartitionState>, hold: bool) {
+        self.refresh_slots();
+        let Some(slot) = slot_of(&mut self.slots, state) else {
+            return;
+        };
+        if slot.held == hold {
+            return;
+        }
+        slot.held = hold;
+        let tpl = single(&slot.state);
+        if hold {
+            if let Err(e) = self.consumer.pause(&tpl) {
+                tracing::warn!(error = %e, "pausing a retry-tier partition failed");
+            }
+        } else if !slot.paused {
+            match self.consumer.resume(&tpl) {
+                Ok(()) => restart_fetch(&*self.consumer, &slot.state),
+                Err(e) => tracing::warn!(error = %e, "resuming a retry-tier partition failed"),
             }
         }
     }

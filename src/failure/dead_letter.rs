@@ -18,6 +18,17 @@
 //! | [`ERROR_MESSAGE`] | the last error's message (and its sources), capped at [`DeadLetter::max_error_message_bytes`] |
 //! | [`FIRST_FAILURE`] | first failed attempt, ms since the Unix epoch |
 //! | [`LAST_FAILURE`] | last failed attempt, ms since the Unix epoch |
+//! | [`RETRY_HISTORY`] | with [`RetryTopics`](crate::RetryTopics): every failed stop so far, `topic:ms:error_type` entries joined by `,` (source first, then each tier) |
+//!
+//! A record written to a retry tier ([`RetryTopics`](crate::RetryTopics))
+//! carries the same headers (the source fields always describe the
+//! **original** record, however many tiers it went through; [`ATTEMPTS`]
+//! counts every attempt so far), plus:
+//!
+//! | header | value |
+//! |---|---|
+//! | [`RETRY_TIER`] | the tier it was written to, from 1 |
+//! | [`RETRY_DUE`] | when it may be handled again, ms since the Unix epoch: the tier record's timestamp (its write time, `CreateTime`) plus the tier's delay |
 //!
 //! With [`DeadLetterHeaders::SpringKafka`], the source fields use Spring
 //! Kafka's names and encodings instead ([`SPRING_TOPIC`], ...: partition as a
@@ -52,7 +63,7 @@ pub enum DeadLetterHeaders {
 }
 
 /// Where and how records are dead-lettered.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 #[must_use]
 pub struct DeadLetter {
     pub(crate) topic: Option<String>,
@@ -146,6 +157,14 @@ pub const FIRST_FAILURE: &str = "fresh_consumer.dlt.first_failure";
 /// Header: last failure time, ms since the Unix epoch.
 pub const LAST_FAILURE: &str = "fresh_consumer.dlt.last_failure";
 
+/// Header (retry tiers): the tier the record was written to, from 1.
+pub const RETRY_TIER: &str = "fresh_consumer.retry.tier";
+/// Header (retry tiers): the due time, ms since the Unix epoch.
+pub const RETRY_DUE: &str = "fresh_consumer.retry.due";
+/// Header (retry tiers and the dead-letter topic after them): the failed
+/// stops so far, `topic:ms:error_type` entries joined by `,`.
+pub const RETRY_HISTORY: &str = "fresh_consumer.retry.history";
+
 /// Spring Kafka header: source topic.
 pub const SPRING_TOPIC: &str = "kafka_dlt-original-topic";
 /// Spring Kafka header: source partition (4-byte big-endian).
@@ -162,6 +181,79 @@ pub const SPRING_GROUP: &str = "kafka_dlt-original-consumer-group";
 pub const SPRING_EXCEPTION_FQCN: &str = "kafka_dlt-exception-fqcn";
 /// Spring Kafka header: exception message.
 pub const SPRING_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+
+/// Where a record came from originally: the record itself, or (for a
+/// record read from a retry tier) what its headers say.
+#[derive(Clone, Debug)]
+pub(crate) struct Origin {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) timestamp: RecordTimestamp,
+    /// Handler attempts made before this record's.
+    pub(crate) attempts_before: u32,
+    pub(crate) first_failure: Option<SystemTime>,
+    /// The failed stops so far ([`RETRY_HISTORY`]), empty for a fresh record.
+    pub(crate) history: String,
+    /// The user's headers, without the library's.
+    pub(crate) headers: Vec<Header>,
+}
+
+impl Origin {
+    /// A record read from a source topic: it is its own origin.
+    pub(crate) fn of(record: &Record) -> Self {
+        Origin {
+            topic: record.topic().to_owned(),
+            partition: record.partition(),
+            offset: record.offset(),
+            timestamp: record.timestamp(),
+            attempts_before: 0,
+            first_failure: None,
+            history: String::new(),
+            headers: record.headers().to_vec(),
+        }
+    }
+
+    /// A record read from a retry tier: its origin from its headers (either
+    /// style). A record without them (written there by someone else) is its
+    /// own origin.
+    pub(crate) fn of_tier_record(record: &Record) -> Self {
+        let Ok(d) = DeadLetterRecord::from_record(record) else {
+            return Self::of(record);
+        };
+        let text = |name: &str| {
+            record
+                .header(name)
+                .flatten()
+                .and_then(|v| std::str::from_utf8(v).ok())
+        };
+        Origin {
+            topic: d.topic,
+            partition: d.partition,
+            offset: d.offset,
+            timestamp: d.timestamp,
+            attempts_before: d.attempts.unwrap_or(0),
+            first_failure: text(FIRST_FAILURE)
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            history: text(RETRY_HISTORY).unwrap_or_default().to_owned(),
+            headers: d.headers,
+        }
+    }
+}
+
+/// Where a write goes besides its topic: a retry tier (with the tier, the
+/// write's timestamp and its due time, ms since the Unix epoch), or the
+/// dead-letter topic.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Destination {
+    Tier {
+        tier: usize,
+        written_ms: i64,
+        due_ms: i64,
+    },
+    DeadLetter,
+}
 
 /// Why a record failed, carried into the dead-letter headers.
 #[derive(Clone, Debug)]
@@ -257,16 +349,23 @@ impl DeadLetterWriter {
         self.config.topic_for(source)
     }
 
-    /// Writes `record` to its dead-letter topic and waits for the
-    /// acknowledgement (`acks=all`).
-    pub(crate) async fn park(
+    /// Writes `record` (from `origin`) to `topic`, a retry tier or the
+    /// dead-letter topic, and waits for the acknowledgement (`acks=all`).
+    /// `failure` describes the attempts on `record` itself.
+    pub(crate) async fn write(
         &self,
         record: &Record,
+        origin: &Origin,
         topic: &str,
         failure: &FailureInfo,
+        destination: Destination,
     ) -> Result<(), KafkaError> {
-        let headers = self.headers(record, failure);
+        let headers = self.headers_for(record.topic(), origin, failure, destination);
         let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        if let Destination::Tier { written_ms, .. } = destination {
+            // The due time is this timestamp plus the tier's delay.
+            r = r.timestamp(written_ms);
+        }
         if let Some(k) = record.key() {
             r = r.key(k);
         }
@@ -321,9 +420,27 @@ impl DeadLetterWriter {
         true
     }
 
+    #[cfg(test)]
     fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
-        let mut h = OwnedHeaders::new_with_capacity(record.headers().len() + 11);
-        for orig in record.headers() {
+        self.headers_for(
+            record.topic(),
+            &Origin::of(record),
+            f,
+            Destination::DeadLetter,
+        )
+    }
+
+    /// The headers of a write of a record read from `failed_on`, from
+    /// `origin`, after `f`'s attempts, to `destination`.
+    fn headers_for(
+        &self,
+        failed_on: &str,
+        origin: &Origin,
+        f: &FailureInfo,
+        destination: Destination,
+    ) -> OwnedHeaders {
+        let mut h = OwnedHeaders::new_with_capacity(origin.headers.len() + 14);
+        for orig in &origin.headers {
             h = h.insert(KafkaHeader {
                 key: &orig.name,
                 value: orig.value.as_deref(),
@@ -336,12 +453,12 @@ impl DeadLetterWriter {
             })
         };
         let message = cap(&f.error_message, self.config.max_error_message_bytes);
-        let ts = record.timestamp();
+        let ts = origin.timestamp;
         match self.config.headers {
             DeadLetterHeaders::Native => {
-                h = text(h, TOPIC, record.topic());
-                h = text(h, PARTITION, &record.partition().to_string());
-                h = text(h, OFFSET, &record.offset().to_string());
+                h = text(h, TOPIC, &origin.topic);
+                h = text(h, PARTITION, &origin.partition.to_string());
+                h = text(h, OFFSET, &origin.offset.to_string());
                 if let Some(ms) = ts.millis() {
                     h = text(h, TIMESTAMP, &ms.to_string());
                 }
@@ -356,14 +473,14 @@ impl DeadLetterWriter {
                     RecordTimestamp::LogAppendTime(_) => "LOG_APPEND_TIME",
                     RecordTimestamp::NotAvailable => "NO_TIMESTAMP_TYPE",
                 };
-                h = text(h, SPRING_TOPIC, record.topic());
+                h = text(h, SPRING_TOPIC, &origin.topic);
                 h = h.insert(KafkaHeader {
                     key: SPRING_PARTITION,
-                    value: Some(&record.partition().to_be_bytes()),
+                    value: Some(&origin.partition.to_be_bytes()),
                 });
                 h = h.insert(KafkaHeader {
                     key: SPRING_OFFSET,
-                    value: Some(&record.offset().to_be_bytes()),
+                    value: Some(&origin.offset.to_be_bytes()),
                 });
                 h = h.insert(KafkaHeader {
                     key: SPRING_TIMESTAMP,
@@ -375,9 +492,29 @@ impl DeadLetterWriter {
                 h = text(h, SPRING_EXCEPTION_MESSAGE, message);
             }
         }
-        h = text(h, ATTEMPTS, &f.attempts.to_string());
-        h = text(h, FIRST_FAILURE, &ms(f.first_failure).to_string());
-        text(h, LAST_FAILURE, &ms(f.last_failure).to_string())
+        h = text(
+            h,
+            ATTEMPTS,
+            &(origin.attempts_before + f.attempts).to_string(),
+        );
+        let first = origin.first_failure.unwrap_or(f.first_failure);
+        h = text(h, FIRST_FAILURE, &ms(first).to_string());
+        h = text(h, LAST_FAILURE, &ms(f.last_failure).to_string());
+        let retried = !origin.history.is_empty();
+        if let Destination::Tier { tier, due_ms, .. } = destination {
+            h = text(h, RETRY_TIER, &tier.to_string());
+            h = text(h, RETRY_DUE, &due_ms.to_string());
+        }
+        if retried || matches!(destination, Destination::Tier { .. }) {
+            let stop = format!("{failed_on}:{}:{}", ms(f.last_failure), f.error_type);
+            let history = if retried {
+                format!("{},{stop}", origin.history)
+            } else {
+                stop
+            };
+            h = text(h, RETRY_HISTORY, &history);
+        }
+        h
     }
 }
 
@@ -406,8 +543,49 @@ pub struct DeadLetterRecord {
     pub key: Option<Vec<u8>>,
     /// The original payload.
     pub payload: Option<Vec<u8>>,
-    /// The original headers, without the dead-letter headers.
+    /// The original headers, without the dead-letter and retry headers.
     pub headers: Vec<Header>,
+    /// The retry tier the record was written to ([`RETRY_TIER`]), for a
+    /// record read from a retry topic; `None` in a dead-letter topic.
+    pub retry_tier: Option<u32>,
+    /// When a retry-tier record is due ([`RETRY_DUE`]), ms since the Unix
+    /// epoch.
+    pub retry_due: Option<i64>,
+    /// The failed stops of a record that went through retry tiers
+    /// ([`RETRY_HISTORY`]), oldest first; empty otherwise.
+    pub history: Vec<FailedStop>,
+}
+
+/// One failed stop of a record on its way through retry tiers: where it
+/// failed, when, and how ([`RETRY_HISTORY`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailedStop {
+    /// The topic the record was read from when it failed (the source topic,
+    /// then each tier topic).
+    pub topic: String,
+    /// When its last attempt there failed, ms since the Unix epoch.
+    pub failed_at_ms: i64,
+    /// The failure class (`handler_error`, `panic`, `timeout`, `permanent`).
+    pub error_type: String,
+}
+
+/// Parses a [`RETRY_HISTORY`] value; malformed entries are left out.
+pub fn parse_history(value: &str) -> Vec<FailedStop> {
+    value
+        .split(',')
+        .filter_map(|entry| {
+            let mut parts = entry.rsplitn(3, ':');
+            let error_type = parts.next()?.to_owned();
+            let failed_at_ms = parts.next()?.parse().ok()?;
+            let topic = parts.next()?.to_owned();
+            (!topic.is_empty()).then_some(FailedStop {
+                topic,
+                failed_at_ms,
+                error_type,
+            })
+        })
+        .collect()
 }
 
 /// A record that is not a readable dead-letter record.
@@ -519,6 +697,9 @@ impl DeadLetterRecord {
             SPRING_GROUP,
             SPRING_EXCEPTION_FQCN,
             SPRING_EXCEPTION_MESSAGE,
+            RETRY_TIER,
+            RETRY_DUE,
+            RETRY_HISTORY,
         ];
         let headers = record
             .headers()
@@ -538,6 +719,9 @@ impl DeadLetterRecord {
             key: record.key().map(<[u8]>::to_vec),
             payload: record.payload().map(<[u8]>::to_vec),
             headers,
+            retry_tier: num(RETRY_TIER)?.map(|t| t as u32),
+            retry_due: num(RETRY_DUE)?,
+            history: text(RETRY_HISTORY).map(parse_history).unwrap_or_default(),
         })
     }
 }
@@ -617,6 +801,91 @@ mod tests {
                     name: "trace".into(),
                     value: Some(b"abc".to_vec())
                 }]
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_through_two_tiers_keeps_its_origin_and_gathers_its_history() {
+        let original = Record::new("orders", 3, 386)
+            .with_key(b"k".to_vec())
+            .with_payload(b"p".to_vec())
+            .with_header("trace", Some(b"abc".to_vec()))
+            .with_timestamp(RecordTimestamp::CreateTime(1_700_000_000_000));
+        for style in [DeadLetterHeaders::Native, DeadLetterHeaders::SpringKafka] {
+            let w = writer(style);
+            // Failed twice on the source, written to tier 1.
+            let mut f = info();
+            f.attempts = 2;
+            let h = w.headers_for(
+                "orders",
+                &Origin::of(&original),
+                &f,
+                Destination::Tier {
+                    tier: 1,
+                    written_ms: 4_000,
+                    due_ms: 5_000,
+                },
+            );
+            let tier1 = to_record(h, b"k", b"p");
+            let d = DeadLetterRecord::from_record(&tier1).unwrap();
+            assert_eq!((d.retry_tier, d.retry_due), (Some(1), Some(5_000)));
+            assert_eq!(d.attempts, Some(2));
+            assert_eq!(d.history.len(), 1);
+            assert_eq!(d.history[0].topic, "orders");
+            assert_eq!(d.history[0].failed_at_ms, 2_000);
+            // Read back from tier 1, failed once more, then dead-lettered.
+            let origin = Origin::of_tier_record(&tier1);
+            assert_eq!(origin.topic, "orders");
+            assert_eq!(origin.offset, 386);
+            assert_eq!(
+                origin.timestamp,
+                RecordTimestamp::CreateTime(1_700_000_000_000)
+            );
+            assert_eq!(origin.first_failure, Some(f.first_failure));
+            let mut f2 = info();
+            f2.attempts = 1;
+            f2.error_type = "timeout";
+            f2.last_failure = UNIX_EPOCH + Duration::from_millis(9_000);
+            let h = w.headers_for("orders.retry.1s", &origin, &f2, Destination::DeadLetter);
+            let parked = to_record(h, b"k", b"p");
+            let d = DeadLetterRecord::from_record(&parked).unwrap();
+            assert_eq!(
+                (d.topic.as_str(), d.partition, d.offset),
+                ("orders", 3, 386)
+            );
+            assert_eq!(d.attempts, Some(3));
+            assert_eq!(d.retry_tier, None);
+            assert_eq!(
+                d.history,
+                vec![
+                    FailedStop {
+                        topic: "orders".into(),
+                        failed_at_ms: 2_000,
+                        error_type: "handler_error".into()
+                    },
+                    FailedStop {
+                        topic: "orders.retry.1s".into(),
+                        failed_at_ms: 9_000,
+                        error_type: "timeout".into()
+                    }
+                ]
+            );
+            assert_eq!(d.error_type.as_deref(), Some("timeout"));
+            // Only the user's header, once.
+            assert_eq!(
+                d.headers,
+                vec![Header {
+                    name: "trace".into(),
+                    value: Some(b"abc".to_vec())
+                }]
+            );
+            assert_eq!(
+                parked
+                    .header(FIRST_FAILURE)
+                    .flatten()
+                    .map(|v| std::str::from_utf8(v).unwrap()),
+                Some("1000")
             );
         }
     }

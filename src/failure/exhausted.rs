@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::failure::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::failure::retry_topics::{RetryTopics, TierOf, TierPlan};
 use crate::metrics::instruments::Instruments;
 
 /// What happens to a record whose attempts ran out. See the [module
@@ -24,6 +25,9 @@ pub enum OnExhausted {
     /// Give the record up and commit past it. The record is **lost** to this
     /// consumer group; counted and logged at ERROR.
     SkipAndCommitPast,
+    /// Move the record to delay tiers (retry topics) without holding its
+    /// partition, then to the dead-letter topic. See [`RetryTopics`].
+    RetryTopics(RetryTopics),
 }
 
 /// Defaults of [`StormGuard`].
@@ -107,7 +111,11 @@ impl StormGuard {
 /// writer (with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter)) and the storm guard's state.
 pub(crate) struct Exhausted {
     on_exhausted: OnExhausted,
+    /// The dead-letter writer, with [`OnExhausted::DeadLetter`] and
+    /// [`OnExhausted::RetryTopics`] (which writes the tiers with it too).
     dead_letter: Option<DeadLetterWriter>,
+    /// The tier topics, with [`OnExhausted::RetryTopics`].
+    tiers: TierPlan,
     guard: StormGuard,
     /// Samples of (time, records succeeded, records failed), oldest first;
     /// taken by the committer thread about once per commit interval.
@@ -120,6 +128,13 @@ pub(crate) struct Exhausted {
 pub(crate) enum Decision<'a> {
     Skip,
     DeadLetter(&'a DeadLetterWriter),
+    /// Write the record to retry tier `tier` (from 1), due `delay` after
+    /// the write.
+    RetryTier {
+        writer: &'a DeadLetterWriter,
+        tier: usize,
+        delay: Duration,
+    },
     /// Block the partition; `storm` when the storm guard turned a
     /// dead-letter decision into this.
     Block {
@@ -131,12 +146,14 @@ impl Exhausted {
     pub(crate) fn new(
         on_exhausted: OnExhausted,
         dead_letter: Option<DeadLetterWriter>,
+        tiers: TierPlan,
         guard: StormGuard,
         instruments: Instruments,
     ) -> Self {
         Exhausted {
             on_exhausted,
             dead_letter,
+            tiers,
             guard,
             samples: Mutex::new(VecDeque::from([(Instant::now(), 0, 0)])),
             active: AtomicBool::new(false),
@@ -144,16 +161,70 @@ impl Exhausted {
         }
     }
 
-    /// The dead-letter writer, with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter).
-    pub(crate) fn dead_letter(&self) -> Option<&DeadLetterWriter> {
-        self.dead_letter.as_ref()
+    /// The retry tier `topic` is, if it is one.
+    pub(crate) fn tier_of(&self, topic: &str) -> Option<&TierOf> {
+        self.tiers.tier_of(topic)
     }
 
-    /// What to do with a record whose attempts ran out. `outcomes`: the
-    /// run's records succeeded and records failed so far.
-    pub(crate) fn decide(&self, outcomes: (u64, u64)) -> Decision<'_> {
+    /// The source topic whose records `topic` holds (itself unless it is a
+    /// retry tier).
+    pub(crate) fn source_of<'a>(&'a self, topic: &'a str) -> &'a str {
+        self.tiers.source_of(topic)
+    }
+
+    /// The dead-letter topic for records read from `topic`, if records are
+    /// dead-lettered.
+    pub(crate) fn dead_letter_topic_for(&self, topic: &str) -> Option<String> {
+        self.dead_letter
+            .as_ref()
+            .map(|w| w.topic_for(self.source_of(topic)))
+    }
+
+    /// The retry-topic policy, if that is the policy.
+    pub(crate) fn retry_topics(&self) -> Option<&RetryTopics> {
+        match &self.on_exhausted {
+            OnExhausted::RetryTopics(rt) => Some(rt),
+            _ => None,
+        }
+    }
+
+    /// Handler attempts in place for a record of `topic` under the
+    /// retry-topic policy (one per tier; `1 + in_place_retries` on a
+    /// source topic); `None` under the other policies (the retry policy's
+    /// `max_attempts`).
+    pub(crate) fn attempts_in_place(&self, topic: &str) -> Option<u32> {
+        let rt = self.retry_topics()?;
+        Some(match self.tier_of(topic) {
+            Some(_) => 1,
+            None => rt.in_place_retries.saturating_add(1),
+        })
+    }
+
+    /// What to do with a record of `topic` whose attempts ran out
+    /// (`permanent`: its last error was [`permanent`](crate::permanent)).
+    /// `outcomes`: the run's records succeeded and records failed so far.
+    pub(crate) fn decide(
+        &self,
+        outcomes: (u64, u64),
+        topic: &str,
+        permanent: bool,
+    ) -> Decision<'_> {
         match (&self.on_exhausted, &self.dead_letter) {
             (OnExhausted::SkipAndCommitPast, _) => Decision::Skip,
+            (OnExhausted::RetryTopics(rt), Some(writer)) => {
+                let next = self.tier_of(topic).map_or(1, |t| t.tier + 1);
+                let to_dead_letter = (permanent && rt.permanent_skips_tiers) || next > rt.tiers();
+                match rt.delay(next) {
+                    Some(delay) if !to_dead_letter => Decision::RetryTier {
+                        writer,
+                        tier: next,
+                        delay,
+                    },
+                    // The storm guard holds only the dead-letter writes.
+                    _ if self.storm_tripped(outcomes) => Decision::Block { storm: true },
+                    _ => Decision::DeadLetter(writer),
+                }
+            }
             (OnExhausted::DeadLetter(_), Some(writer)) => {
                 if self.storm_tripped(outcomes) {
                     Decision::Block { storm: true }

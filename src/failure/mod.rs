@@ -19,10 +19,16 @@
 //!   past. Opt-in; counted in
 //!   [`SKIPPED_MESSAGES`](crate::metrics::SKIPPED_MESSAGES) and logged at
 //!   ERROR.
+//! - [`OnExhausted::RetryTopics`]: the record is republished to a delay tier
+//!   (a retry topic) and its partition moves on once the broker
+//!   acknowledged the write; the same consumer handles it again from the
+//!   tier no earlier than its due time, and after the last tier it is
+//!   dead-lettered ([`RetryTopics`]).
 
 pub mod dead_letter;
 mod exhausted;
 mod retry;
+mod retry_topics;
 
 pub use dead_letter::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter, DeadLetterHeaders};
 pub use exhausted::{
@@ -35,3 +41,5 @@ pub use retry::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
     Permanent, RetryPolicy, permanent,
 };
+pub(crate) use retry_topics::TierPlan;
+pub use retry_topics::{DEFAULT_RETRY_TOPIC_SUFFIX, RetryTopics, TierNaming};

@@ -32,6 +32,7 @@ pub(crate) struct Instruments {
     skipped: Counter<u64>,
     blocked: Gauge<u64>,
     sent: Counter<u64>,
+    retry_messages: Counter<u64>,
     storm_guard: UpDownCounter<i64>,
     slo_messages: Counter<u64>,
     slo: Arc<SloRegistry>,
@@ -171,6 +172,11 @@ impl Instruments {
                 "{message}",
                 "Dead-letter records sent, with error.type when the broker refused them.",
             ),
+            retry_messages: counter(
+                RETRY_MESSAGES,
+                "{message}",
+                "Records moved to a retry tier, per tier written to.",
+            ),
             storm_guard: meter
                 .i64_up_down_counter(STORM_GUARD_ACTIVE)
                 .with_unit("1")
@@ -200,13 +206,19 @@ impl Instruments {
         topic: &str,
         partition: i32,
         dead_letter_topic: Option<&str>,
+        retry: Option<PartitionRetry<'_>>,
     ) -> PartitionInstruments {
-        let base = [
+        let mut base = vec![
             KeyValue::new(MESSAGING_SYSTEM, "kafka"),
             KeyValue::new(MESSAGING_DESTINATION_NAME, topic.to_owned()),
             KeyValue::new(MESSAGING_DESTINATION_PARTITION_ID, partition.to_string()),
             KeyValue::new(MESSAGING_CONSUMER_GROUP_NAME, self.group.clone()),
         ];
+        if let Some(tier) = retry.as_ref().and_then(|r| r.tier) {
+            base.push(KeyValue::new(RETRY_TIER, tier.to_string()));
+        }
+        // Objectives of a tier topic's records are the source topic's.
+        let slo_topic = retry.as_ref().map_or(topic, |r| r.source);
         let with = |extra: &[KeyValue]| -> Box<[KeyValue]> {
             base.iter().cloned().chain(extra.iter().cloned()).collect()
         };
@@ -252,7 +264,7 @@ impl Instruments {
                 .objectives
                 .iter()
                 .enumerate()
-                .filter(|(_, o)| o.objective.applies_to(topic))
+                .filter(|(_, o)| o.objective.applies_to(slo_topic))
                 .map(|(index, o)| {
                     let threshold = o.objective.threshold_label();
                     let attrs = SloResult::ALL.map(|r| {
@@ -287,6 +299,31 @@ impl Instruments {
                 .into();
                 (dlq, sent)
             }),
+            retry_tiers: retry
+                .map(|r| {
+                    r.tier_topics
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| {
+                            // The tier written to replaces a tier
+                            // partition's own tier attribute.
+                            let moved: Box<[KeyValue]> = base
+                                .iter()
+                                .filter(|kv| kv.key.as_str() != RETRY_TIER)
+                                .cloned()
+                                .chain([KeyValue::new(RETRY_TIER, (i + 1).to_string())])
+                                .collect();
+                            let sent: Box<[KeyValue]> = [
+                                KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+                                KeyValue::new(MESSAGING_DESTINATION_NAME, t.clone()),
+                                KeyValue::new(MESSAGING_OPERATION_NAME, "send"),
+                            ]
+                            .into();
+                            (moved, sent)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -429,6 +466,16 @@ struct SloAttrs {
 /// dead-letter topic).
 type DeadLetterAttrs = (Box<[KeyValue]>, Box<[KeyValue]>);
 
+/// A partition's place under the retry-topic policy, for its attributes.
+pub(crate) struct PartitionRetry<'a> {
+    /// The source topic whose records the partition holds.
+    pub(crate) source: &'a str,
+    /// The partition's tier, when its topic is a tier topic.
+    pub(crate) tier: Option<usize>,
+    /// The source's tier topics, tier 1 first.
+    pub(crate) tier_topics: Vec<String>,
+}
+
 /// Instruments with one partition's attribute sets, built on assignment.
 pub(crate) struct PartitionInstruments {
     i: Instruments,
@@ -450,6 +497,9 @@ pub(crate) struct PartitionInstruments {
     /// Dead-letter attributes: (partition attributes + dead-letter topic,
     /// attributes of the sends to the dead-letter topic).
     dead_letter: Option<DeadLetterAttrs>,
+    /// Per tier (tier 1 first): (partition attributes + the tier written
+    /// to, attributes of the sends to the tier topic).
+    retry_tiers: Vec<DeadLetterAttrs>,
 }
 
 impl PartitionInstruments {
@@ -517,6 +567,25 @@ impl PartitionInstruments {
                 self.i.dead_letter.add(1, dlq);
                 self.i.sent.add(1, sent);
                 self.slo(|_| SloResult::DeadLettered);
+            }
+            Some(e) => {
+                let mut attrs = sent.to_vec();
+                attrs.push(KeyValue::new(ERROR_TYPE, e));
+                self.i.sent.add(1, &attrs);
+            }
+        }
+    }
+
+    /// A write to retry tier `tier` (from 1) finished: `None` when
+    /// acknowledged, else the error name.
+    pub(crate) fn retry_tier_written(&self, tier: usize, error: Option<String>) {
+        let Some((moved, sent)) = tier.checked_sub(1).and_then(|i| self.retry_tiers.get(i)) else {
+            return;
+        };
+        match error {
+            None => {
+                self.i.retry_messages.add(1, moved);
+                self.i.sent.add(1, sent);
             }
             Some(e) => {
                 let mut attrs = sent.to_vec();

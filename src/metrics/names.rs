@@ -171,15 +171,30 @@ pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
 pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 
 /// Records sent by the library (semantic convention
-/// `messaging.client.sent.messages`): the dead-letter writes.
+/// `messaging.client.sent.messages`): the dead-letter writes and the
+/// retry-tier writes.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
+/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter or tier topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
 ///
 /// No [`MESSAGING_OPERATION_TYPE`]: the convention (v1.44) does not list it
 /// for this metric.
 pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
+
+/// Records moved to a retry tier
+/// ([`OnExhausted::RetryTopics`](crate::OnExhausted::RetryTopics)),
+/// counted once the broker acknowledged the write, per tier written to.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes (of the partition the record failed on), [`RETRY_TIER`] = the tier written to |
+///
+/// [`RETRY_TIER`] here is the tier written to, also on a tier partition's
+/// count (where it replaces the partition's own tier): a point with
+/// [`MESSAGING_DESTINATION_NAME`] = `orders.retry.10s` and
+/// `fresh_consumer.retry.tier` = `2` counts records moved from tier 1 to 2.
+pub const RETRY_MESSAGES: &str = "fresh_consumer.retry.messages";
 
 /// 1 while the storm guard holds records back from the dead-letter topic
 /// because too many recent records failed; 0 otherwise.
@@ -488,6 +503,14 @@ pub const OFFSET_RESET_REASON: &str = "fresh_consumer.offset.reset.reason";
 /// Attribute `fresh_consumer.rebalance.type`: `assigned`, `revoked` or
 /// `lost`.
 pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
+
+/// Attribute `fresh_consumer.retry.tier`: a retry tier, from `1` (see
+/// [`RetryTopics`](crate::RetryTopics)). Part of the partition attributes
+/// of a tier topic's partitions (so the event age, SLO counts and every
+/// other per-partition metric of records handled from a tier say which
+/// tier; absent on source topics), and the tier written to in
+/// [`RETRY_MESSAGES`]. At most as many values as tiers.
+pub const RETRY_TIER: &str = "fresh_consumer.retry.tier";
 
 /// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.
 pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
