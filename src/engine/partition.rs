@@ -26,6 +26,7 @@ use crate::metrics::instruments::{AttemptError, PartitionInstruments};
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::EventTime;
 use crate::record::Record;
+use crate::trace::{Outcome, PartitionTrace, RecordTrace};
 
 /// A partition's own librdkafka queue (`split_partition_queue`), split
 /// before the partition is assigned.
@@ -304,6 +305,8 @@ pub(crate) struct PartitionState {
     pub(crate) waiting: AtomicU64,
     /// Partition-health state: statistics, offset anomalies, last success.
     pub(crate) health: PartitionHealth,
+    /// Process spans (`None`: tracing off).
+    pub(crate) trace: Option<PartitionTrace>,
 }
 
 impl PartitionState {
@@ -320,6 +323,17 @@ impl PartitionState {
     ) -> (Arc<Self>, PendingWorker) {
         let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let metrics = engine.instruments.partition(
+            topic,
+            partition,
+            engine
+                .exhausted
+                .dead_letter()
+                .map(|d| d.topic_for(topic))
+                .as_deref(),
+        );
+        let trace =
+            (engine.trace.as_ref()).map(|t| t.partition(topic, partition, metrics.attributes()));
         let state = Arc::new(PartitionState {
             topic: Arc::from(topic),
             partition,
@@ -332,16 +346,9 @@ impl PartitionState {
             done: Mutex::new(Some(done_rx)),
             blocked_since: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
-            metrics: engine.instruments.partition(
-                topic,
-                partition,
-                engine
-                    .exhausted
-                    .dead_letter()
-                    .map(|d| d.topic_for(topic))
-                    .as_deref(),
-            ),
+            metrics,
             health: PartitionHealth::new(engine.health.origin()),
+            trace,
         });
         let worker = Worker {
             state: Arc::clone(&state),
@@ -958,15 +965,19 @@ impl<H: Handler> Worker<H> {
             worker: self,
             blocked: false,
         };
+        let trace = RecordTrace::new(self.state.trace.as_ref(), &record);
         loop {
             attempt += 1;
             let started = start.take().unwrap_or_else(Instant::now);
+            let span = trace.attempt(&record, attempt);
             let outcome = {
                 // `handle` is called inside the async block, so a handler that
                 // panics before returning its future (a closure doing its work
                 // synchronously) is caught like one that panics while polled.
-                let run = AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
-                    .catch_unwind();
+                let run = span.instrument(
+                    AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
+                        .catch_unwind(),
+                );
                 match self.engine.settings.handler_timeout {
                     None => classify::<H>(run.await),
                     Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -988,6 +999,7 @@ impl<H: Handler> Worker<H> {
                         // record will be redelivered to its new owner.
                         self.state.metrics.attempt(took, None);
                         self.engine.counters.late_completion();
+                        span.end(Outcome::Stopped);
                         return Done::Late;
                     }
                     self.state.metrics.handler_succeeded(
@@ -1005,12 +1017,20 @@ impl<H: Handler> Worker<H> {
                     // Counted in the shared counters in bulk (`flush_counts`):
                     // atomics shared by every worker are costly per record.
                     self.unflushed.fetch_add(1, Ordering::Relaxed);
+                    span.end(Outcome::Succeeded);
                     return Done::Completed {
                         succeeded_at: Some(ended),
                     };
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
+            let permanent = is_permanent(&error);
+            let error_type = if permanent {
+                "permanent"
+            } else {
+                kind.as_str()
+            };
+            span.failed(error_type, || error_chain(&*error));
             // The storm guard compares failures with successes: count the
             // successes so far first.
             self.flush_counts();
@@ -1022,14 +1042,9 @@ impl<H: Handler> Worker<H> {
                 self.engine.counters.record_failed();
             }
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
+                span.end(Outcome::Stopped);
                 return Done::Stopped;
             }
-            let permanent = is_permanent(&error);
-            let error_type = if permanent {
-                "permanent"
-            } else {
-                kind.as_str()
-            };
             if !permanent && attempt < retry.max_attempts {
                 let delay = retry.delay(attempt);
                 tracing::warn!(
@@ -1043,6 +1058,7 @@ impl<H: Handler> Worker<H> {
                     "handler failed; retrying in place, the partition's commit holds at this offset"
                 );
                 self.state.metrics.retry();
+                span.end(Outcome::Retried);
                 if !self.sleep(delay).await {
                     return Done::Stopped;
                 }
@@ -1075,10 +1091,20 @@ impl<H: Handler> Worker<H> {
                     self.state.metrics.skipped();
                     self.engine.counters.skipped.fetch_add(1, Ordering::Relaxed);
                     self.complete(offset);
+                    span.end(Outcome::Skipped);
                     return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
-                    return self.park(writer, &record, failure, &mut blocked).await;
+                    // The dead-letter record continues the process span's trace.
+                    let headers = span.headers();
+                    let done = self
+                        .park(writer, &record, failure, &mut blocked, &headers)
+                        .await;
+                    span.end(match done {
+                        Done::Stopped => Outcome::Stopped,
+                        _ => Outcome::DeadLettered,
+                    });
+                    return done;
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -1095,6 +1121,7 @@ impl<H: Handler> Worker<H> {
                         "partition blocked at a record whose attempts ran out; retrying at the capped backoff"
                     );
                     self.state.metrics.retry();
+                    span.end(Outcome::Blocked);
                     if !self.sleep(delay).await {
                         return Done::Stopped;
                     }
@@ -1113,6 +1140,7 @@ impl<H: Handler> Worker<H> {
         record: &Record,
         failure: FailureInfo,
         blocked: &mut BlockGuard<'_, H>,
+        trace_headers: &[(String, String)],
     ) -> Done {
         let topic = writer.topic_for(record.topic());
         let mut write_attempt: u32 = 0;
@@ -1121,7 +1149,7 @@ impl<H: Handler> Worker<H> {
             let sent = tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => return Done::Stopped,
-                r = writer.park(record, &topic, &failure) => r,
+                r = writer.park(record, &topic, &failure, trace_headers) => r,
             };
             match sent {
                 Ok(()) => {

@@ -27,6 +27,12 @@
 //!
 //! The dead-letter record's partition is chosen by the producer from the key;
 //! its timestamp is the time it was written.
+//!
+//! With tracing on ([`FreshConsumer::tracer_provider`](crate::FreshConsumer::tracer_provider)),
+//! the headers the propagator writes (`traceparent` and `tracestate` for
+//! W3C; `tracestate` may be empty) carry the context of the process span of the
+//! record's last attempt, in place of the original headers of those names,
+//! so a redriven record continues that trace.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -258,14 +264,17 @@ impl DeadLetterWriter {
     }
 
     /// Writes `record` to its dead-letter topic and waits for the
-    /// acknowledgement (`acks=all`).
+    /// acknowledgement (`acks=all`). `trace` is the trace context to carry
+    /// (the process span's, as the propagator writes it; empty without
+    /// tracing): it replaces the original headers of those names.
     pub(crate) async fn park(
         &self,
         record: &Record,
         topic: &str,
         failure: &FailureInfo,
+        trace: &[(String, String)],
     ) -> Result<(), KafkaError> {
-        let headers = self.headers(record, failure);
+        let headers = self.headers(record, failure, trace);
         let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
         if let Some(k) = record.key() {
             r = r.key(k);
@@ -321,12 +330,26 @@ impl DeadLetterWriter {
         true
     }
 
-    fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
-        let mut h = OwnedHeaders::new_with_capacity(record.headers().len() + 11);
+    fn headers(
+        &self,
+        record: &Record,
+        f: &FailureInfo,
+        trace: &[(String, String)],
+    ) -> OwnedHeaders {
+        let mut h = OwnedHeaders::new_with_capacity(record.headers().len() + 11 + trace.len());
         for orig in record.headers() {
+            if trace.iter().any(|(k, _)| *k == orig.name) {
+                continue;
+            }
             h = h.insert(KafkaHeader {
                 key: &orig.name,
                 value: orig.value.as_deref(),
+            });
+        }
+        for (key, value) in trace {
+            h = h.insert(KafkaHeader {
+                key,
+                value: Some(value.as_bytes()),
             });
         }
         let text = |h: OwnedHeaders, key: &str, value: &str| {
@@ -598,7 +621,7 @@ mod tests {
             .with_timestamp(RecordTimestamp::CreateTime(1_700_000_000_000));
         for style in [DeadLetterHeaders::Native, DeadLetterHeaders::SpringKafka] {
             let w = writer(style);
-            let h = w.headers(&original, &info());
+            let h = w.headers(&original, &info(), &[]);
             let parked = to_record(h, b"k", b"p");
             let d = DeadLetterRecord::from_record(&parked).unwrap();
             assert_eq!(d.topic, "orders");
@@ -619,6 +642,31 @@ mod tests {
                 }]
             );
         }
+    }
+
+    #[test]
+    fn the_trace_context_replaces_the_original_one() {
+        let original = Record::new("orders", 0, 1)
+            .with_header("traceparent", Some(b"00-old".to_vec()))
+            .with_header("other", Some(b"x".to_vec()))
+            .with_header("tracestate", Some(b"a=1".to_vec()));
+        let trace = [("traceparent".to_owned(), "00-new".to_owned())];
+        let h = writer(DeadLetterHeaders::Native).headers(&original, &info(), &trace);
+        let d = DeadLetterRecord::from_record(&to_record(h, b"k", b"p")).unwrap();
+        let names: Vec<(&str, &[u8])> = d
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_deref().unwrap()))
+            .collect();
+        // Only the headers the propagator writes are replaced.
+        assert_eq!(
+            names,
+            [
+                ("other", &b"x"[..]),
+                ("tracestate", &b"a=1"[..]),
+                ("traceparent", &b"00-new"[..])
+            ]
+        );
     }
 
     #[test]
