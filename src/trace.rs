@@ -36,7 +36,7 @@
 //! ([`ProducerContext::Parent`]). A record that has one of the propagator's
 //! headers (`traceparent`, `tracestate` for W3C) but no valid context can be
 //! read from them (an unparsable `traceparent`, a value that is not UTF-8)
-//! is counted in [`TRACE_CONTEXT_MALFORMED`](crate::metrics::TRACE_CONTEXT_MALFORMED)
+//! is counted in [`crate::metrics::TRACE_CONTEXT_MALFORMED`]
 //! and handled without that context: never an error for the record.
 //!
 //! **Context onward.** A record written to its dead-letter topic carries the
