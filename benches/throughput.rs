@@ -24,6 +24,11 @@
 //!   defaults;
 //! - `fresh_metrics_off`: the same with a no-op meter
 //!   (`opentelemetry::metrics::noop::NoopMeterProvider`).
+//! - `fresh_trace_unsampled`, `fresh_trace_sampled`: `fresh_metrics_off`
+//!   plus a tracer provider (issue 15) with an always-off sampler (a
+//!   non-recording span per attempt), or an always-on sampler and a batch
+//!   span processor to an exporter that discards. The records carry no
+//!   trace headers. Compare them with `fresh_metrics_off`.
 //!
 //! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`
 //! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
@@ -61,13 +66,17 @@ enum Variant {
     Raw,
     FreshMetricsOn,
     FreshMetricsOff,
+    FreshTraceUnsampled,
+    FreshTraceSampled,
 }
 
 impl Variant {
-    const ALL: [Variant; 3] = [
+    const ALL: [Variant; 5] = [
         Variant::Raw,
         Variant::FreshMetricsOn,
         Variant::FreshMetricsOff,
+        Variant::FreshTraceUnsampled,
+        Variant::FreshTraceSampled,
     ];
 
     fn name(self) -> &'static str {
@@ -75,6 +84,8 @@ impl Variant {
             Variant::Raw => "raw",
             Variant::FreshMetricsOn => "fresh_metrics_on",
             Variant::FreshMetricsOff => "fresh_metrics_off",
+            Variant::FreshTraceUnsampled => "fresh_trace_unsampled",
+            Variant::FreshTraceSampled => "fresh_trace_sampled",
         }
     }
 }
@@ -91,8 +102,10 @@ impl Setup {
     async fn run(&self, v: Variant) -> (Duration, Duration) {
         let took = match v {
             Variant::Raw => self.raw().await,
-            Variant::FreshMetricsOn => self.fresh(true).await,
-            Variant::FreshMetricsOff => self.fresh(false).await,
+            Variant::FreshMetricsOn => self.fresh(true, None).await,
+            Variant::FreshMetricsOff => self.fresh(false, None).await,
+            Variant::FreshTraceUnsampled => self.fresh(false, Some(false)).await,
+            Variant::FreshTraceSampled => self.fresh(false, Some(true)).await,
         };
         assert!(!took.0.is_zero(), "{v:?}: no time measured");
         took
@@ -144,7 +157,9 @@ impl Setup {
         took
     }
 
-    async fn fresh(&self, metrics: bool) -> (Duration, Duration) {
+    /// `trace`: `None` without a tracer provider, else whether spans are
+    /// sampled.
+    async fn fresh(&self, metrics: bool, trace: Option<bool>) -> (Duration, Duration) {
         let progress = Progress::with_cpu(self.total);
         let mut c = support::fresh_consumer(
             Count(Arc::clone(&progress)),
@@ -169,6 +184,11 @@ impl Setup {
             Some((p, _)) => c.meter_provider(p),
             None => c.meter(NoopMeterProvider::new().meter("fresh-consumer-bench")),
         };
+        let tracer = trace.map(tracer_provider);
+        let c = match &tracer {
+            Some(t) => c.tracer_provider(t),
+            None => c,
+        };
         support::run_to_target(c, &progress, DEADLINE)
             .await
             .expect("fresh consumer");
@@ -180,8 +200,35 @@ impl Setup {
             );
             let _ = p.shutdown();
         }
+        if let Some(t) = tracer {
+            let _ = t.shutdown();
+        }
         progress.elapsed_and_cpu()
     }
+}
+
+/// A tracer provider: always-on with a batch processor to an exporter that
+/// discards (`sampled`), or always-off.
+fn tracer_provider(sampled: bool) -> opentelemetry_sdk::trace::SdkTracerProvider {
+    use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+    #[derive(Debug)]
+    struct Discard;
+    impl opentelemetry_sdk::trace::SpanExporter for Discard {
+        async fn export(
+            &self,
+            _batch: Vec<opentelemetry_sdk::trace::SpanData>,
+        ) -> opentelemetry_sdk::error::OTelSdkResult {
+            Ok(())
+        }
+    }
+    let b = SdkTracerProvider::builder();
+    if sampled {
+        b.with_sampler(Sampler::AlwaysOn)
+            .with_batch_exporter(Discard)
+    } else {
+        b.with_sampler(Sampler::AlwaysOff)
+    }
+    .build()
 }
 
 fn env_opt(name: &str) -> Option<usize> {
@@ -252,8 +299,10 @@ fn main() {
         SAMPLES.lock().unwrap().clear();
         let mut ratios_on = Vec::new();
         let mut ratios_off = Vec::new();
+        let mut ratios_unsampled = Vec::new();
+        let mut ratios_sampled = Vec::new();
         for _ in 0..rounds {
-            let mut rate = [0.0; 3];
+            let mut rate = [0.0; Variant::ALL.len()];
             for (i, v) in Variant::ALL.into_iter().enumerate() {
                 let took = rt.block_on(setup.run(v));
                 note(v, total, took);
@@ -261,6 +310,8 @@ fn main() {
             }
             ratios_on.push(rate[1] / rate[0]);
             ratios_off.push(rate[2] / rate[0]);
+            ratios_unsampled.push(rate[3] / rate[0]);
+            ratios_sampled.push(rate[4] / rate[0]);
         }
         summarize(
             &format!("paired pass ({rounds} rounds, raw/on/off round-robin)"),
@@ -272,6 +323,13 @@ fn main() {
             "  per-round ratio to raw: metrics on {:.2} (min {lo_on:.2}, max {hi_on:.2}); metrics off {:.2} (min {lo_off:.2}, max {hi_off:.2}); target >= 0.90 with metrics on",
             median(&ratios_on),
             median(&ratios_off)
+        );
+        let (lo_u, hi_u) = min_max(&ratios_unsampled);
+        let (lo_s, hi_s) = min_max(&ratios_sampled);
+        println!(
+            "  per-round ratio to raw, traces (metrics off): always-off sampler {:.2} (min {lo_u:.2}, max {hi_u:.2}); always-on {:.2} (min {lo_s:.2}, max {hi_s:.2}); compare with metrics off",
+            median(&ratios_unsampled),
+            median(&ratios_sampled)
         );
     }
     drop(rt);

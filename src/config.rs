@@ -82,6 +82,8 @@ pub(crate) struct Settings {
     /// Partition health: the handle's hub, thresholds, retention-overrun
     /// policy, statistics interval (builder methods in `crate::health`).
     pub(crate) health: crate::health::hub::HealthSettings,
+    /// Traces: the tracer provider (none: off) and its options.
+    pub(crate) trace: crate::trace::TraceSettings,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -127,6 +129,7 @@ impl Default for Settings {
             read_headers: true,
             processing_order: ProcessingOrder::Partition,
             health: crate::health::hub::HealthSettings::default(),
+            trace: crate::trace::TraceSettings::default(),
         }
     }
 }

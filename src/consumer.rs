@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use opentelemetry::metrics::Meter;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 
 use crate::config::{RedactedProperties, Settings};
 use crate::error::{ConfigError, RunError};
@@ -14,6 +15,7 @@ use crate::health::{HealthHandle, HealthThresholds, RetentionOverrunPolicy};
 use crate::ordering::ProcessingOrder;
 use crate::slo::FreshnessObjective;
 use crate::summary::RunSummary;
+use crate::trace::ProducerContext;
 
 /// A consumer under construction: Kafka settings, the handler, and the
 /// library's own options. Created by [`FreshConsumer::new`](crate::FreshConsumer::new); started by
@@ -296,6 +298,57 @@ impl<H> FreshConsumer<H> {
         self
     }
 
+    /// Traces each handler attempt: a process span (kind consumer, name
+    /// `process <topic>`, the messaging attributes, the attempt number and
+    /// its outcome) started from this SDK tracer provider, linked to the
+    /// producer's trace context read from the record's headers; the
+    /// handler's future runs inside it. The provider's finished spans are
+    /// flushed when the consumer shuts down (within
+    /// [`shutdown_timeout`](Self::shutdown_timeout)); the caller still owns
+    /// its `shutdown()`. What is recorded: [`crate::trace`].
+    ///
+    /// Default: no tracer provider, and then no span is created and no
+    /// header is read or written for tracing.
+    pub fn tracer_provider(mut self, provider: &SdkTracerProvider) -> Self {
+        self.settings.trace.provider = Some(provider.clone());
+        self
+    }
+
+    /// What the producer's trace context is to the process span:
+    /// [`ProducerContext::Link`] (the default: a link, the span starts a
+    /// trace of its own) or [`ProducerContext::Parent`] (the span joins the
+    /// producer's trace as its child). Only with
+    /// [`tracer_provider`](Self::tracer_provider).
+    pub fn trace_producer_context(mut self, context: ProducerContext) -> Self {
+        self.settings.trace.producer_context = context;
+        self
+    }
+
+    /// Whether process spans carry the record's key as
+    /// `messaging.kafka.message.key` (UTF-8, invalid bytes replaced).
+    /// Default: `false` (keys may carry personal data or be large). Only
+    /// with [`tracer_provider`](Self::tracer_provider).
+    pub fn trace_message_key(mut self, enabled: bool) -> Self {
+        self.settings.trace.message_key = enabled;
+        self
+    }
+
+    /// The propagator that reads the producer's context from a record's
+    /// headers and writes the process span's context into dead-letter
+    /// records. Default: the global one
+    /// (`opentelemetry::global::set_text_map_propagator`, which is a no-op
+    /// until set: set it to
+    /// `opentelemetry_sdk::propagation::TraceContextPropagator` for W3C
+    /// `traceparent`/`tracestate`, or give that here). Only with
+    /// [`tracer_provider`](Self::tracer_provider).
+    pub fn trace_propagator(
+        mut self,
+        propagator: impl opentelemetry::propagation::TextMapPropagator + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.trace.propagator = Some(std::sync::Arc::new(propagator));
+        self
+    }
+
     /// Takes the event time from this header instead of the Kafka record
     /// timestamp: the value is the event time in milliseconds since the Unix
     /// epoch, as ASCII decimal digits (or 8 bytes big-endian). A record
@@ -448,6 +501,7 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("poll_warning_ratio", &s.poll_warning_ratio)
             .field("event_time_header", &s.event_time_header)
             .field("read_headers", &s.read_headers)
+            .field("trace", &s.trace)
             .finish_non_exhaustive()
     }
 }

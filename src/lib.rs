@@ -111,6 +111,7 @@ pub mod otlp;
 mod record;
 pub mod slo;
 mod summary;
+pub mod trace;
 
 /// Not part of the API (no semver promise): the library's own success-path
 /// instrumentation, for `benches/instrumentation.rs`. Compiled only with
@@ -142,6 +143,7 @@ pub use ordering::ProcessingOrder;
 pub use record::{Header, Record, RecordTimestamp};
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};
+pub use trace::ProducerContext;
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

@@ -10,6 +10,10 @@
 //! 3. hand the provider to the consumer, or make it global with [`set_global`];
 //! 4. at shutdown, [`flush`] the last interval and [`shutdown`] the provider.
 //!
+//! The same configuration builds a tracer provider for the consumer's
+//! process spans ([`OtlpConfig::tracer_provider`], see [`crate::trace`]),
+//! from `OTEL_EXPORTER_OTLP_TRACES_*` or the general variables.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use fresh_consumer::otlp::{self, OtlpConfig, OtlpProtocol};
@@ -55,7 +59,9 @@ use std::thread;
 use std::time::Duration;
 
 use opentelemetry::{Key, KeyValue, Value};
-use opentelemetry_otlp::{ExporterBuildError, MetricExporter, Protocol, WithExportConfig};
+use opentelemetry_otlp::{
+    ExporterBuildError, MetricExporter, Protocol, SpanExporter, WithExportConfig,
+};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::{
@@ -63,11 +69,16 @@ use opentelemetry_sdk::metrics::{
     SdkMeterProvider, Stream, Temporality,
 };
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
+use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
 /// `OTEL_EXPORTER_OTLP_ENDPOINT`: base endpoint for all signals.
 const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`: full endpoint for metrics.
 const ENV_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: full endpoint for traces.
+const ENV_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`: transport for traces.
+const ENV_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
 /// `OTEL_EXPORTER_OTLP_PROTOCOL`: transport for all signals.
 const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 /// `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`: transport for metrics.
@@ -88,6 +99,7 @@ const ENV_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
 const DEFAULT_HTTP_BASE_ENDPOINT: &str = "http://localhost:4318";
 const HTTP_METRICS_PATH: &str = "/v1/metrics";
+const HTTP_TRACES_PATH: &str = "/v1/traces";
 const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(60);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const SERVICE_NAME: &str = "service.name";
@@ -257,6 +269,12 @@ pub struct OtlpConfig {
     /// `(max_size, max_scale)` of base-2 exponential histograms for the
     /// library's histograms, or `None` for explicit buckets.
     exponential_histograms: Option<(u32, i8)>,
+    /// Where spans go ([`OtlpConfig::tracer_provider`]): `Full` from
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or [`OtlpConfig::with_traces_endpoint`],
+    /// `Base` from `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    traces_endpoint: Option<EndpointSetting>,
+    /// The traces transport when it differs from `protocol`.
+    traces_protocol: Option<OtlpProtocol>,
 }
 
 impl Default for OtlpConfig {
@@ -279,6 +297,8 @@ impl OtlpConfig {
             service_name: None,
             resource_attributes: Vec::new(),
             exponential_histograms: None,
+            traces_endpoint: None,
+            traces_protocol: None,
         }
     }
 
@@ -356,6 +376,19 @@ impl OtlpConfig {
             config.endpoint = Some(EndpointSetting::Base(endpoint));
         }
 
+        if let Some(endpoint) = get(ENV_TRACES_ENDPOINT)? {
+            config.traces_endpoint = Some(EndpointSetting::Full(endpoint));
+        } else if let Some(endpoint) = get(ENV_ENDPOINT)? {
+            config.traces_endpoint = Some(EndpointSetting::Base(endpoint));
+        }
+        if let Some((name, value)) = first([ENV_TRACES_PROTOCOL, ENV_PROTOCOL])? {
+            config.traces_protocol = Some(OtlpProtocol::parse(&value).ok_or(EnvError {
+                name,
+                value,
+                reason: "expected grpc or http/protobuf",
+            })?);
+        }
+
         if let Some((name, value)) = first([ENV_METRICS_PROTOCOL, ENV_PROTOCOL])? {
             config.protocol = OtlpProtocol::parse(&value).ok_or(EnvError {
                 name,
@@ -409,9 +442,24 @@ impl OtlpConfig {
         self
     }
 
-    /// The transport. Default: [`OtlpProtocol::Grpc`].
+    /// The transport, of metrics and traces. Default: [`OtlpProtocol::Grpc`].
     pub fn with_protocol(mut self, protocol: OtlpProtocol) -> Self {
         self.protocol = protocol;
+        self.traces_protocol = None;
+        self
+    }
+
+    /// The collector's endpoint for traces ([`OtlpConfig::tracer_provider`]),
+    /// used exactly as given: e.g. `http://collector:4317` for gRPC,
+    /// `http://collector:4318/v1/traces` for HTTP.
+    ///
+    /// Default: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as given, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (with `/v1/traces` appended for HTTP),
+    /// else `http://localhost:4317` (gRPC) or
+    /// `http://localhost:4318/v1/traces` (HTTP).
+    /// [`OtlpConfig::with_endpoint`] sets the metrics endpoint only.
+    pub fn with_traces_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.traces_endpoint = Some(EndpointSetting::Full(endpoint.into()));
         self
     }
 
@@ -502,6 +550,86 @@ impl OtlpConfig {
             (None, OtlpProtocol::Grpc) => DEFAULT_GRPC_ENDPOINT.to_owned(),
             (None, OtlpProtocol::HttpProtobuf) => append_metrics_path(DEFAULT_HTTP_BASE_ENDPOINT),
         }
+    }
+
+    /// The transport traces will use: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`,
+    /// else `OTEL_EXPORTER_OTLP_PROTOCOL`, else that of metrics
+    /// ([`OtlpConfig::with_protocol`] sets both).
+    pub fn traces_protocol(&self) -> OtlpProtocol {
+        self.traces_protocol.unwrap_or(self.protocol)
+    }
+
+    /// The endpoint traces will use (see [`OtlpConfig::with_traces_endpoint`]).
+    pub fn traces_endpoint(&self) -> String {
+        let with_path = |base: &str| format!("{}{HTTP_TRACES_PATH}", base.trim_end_matches('/'));
+        match (&self.traces_endpoint, self.traces_protocol()) {
+            (Some(EndpointSetting::Full(endpoint)), _) => endpoint.clone(),
+            (Some(EndpointSetting::Base(base)), OtlpProtocol::Grpc) => base.clone(),
+            (Some(EndpointSetting::Base(base)), OtlpProtocol::HttpProtobuf) => with_path(base),
+            (None, OtlpProtocol::Grpc) => DEFAULT_GRPC_ENDPOINT.to_owned(),
+            (None, OtlpProtocol::HttpProtobuf) => with_path(DEFAULT_HTTP_BASE_ENDPOINT),
+        }
+    }
+
+    /// A [`TracerProviderBuilder`] with the resource (the same as the
+    /// metrics') and a batch span processor over an OTLP span exporter
+    /// already set, for callers that want to add a sampler or processors
+    /// before building. [`OtlpConfig::tracer_provider`] is this plus
+    /// `.build()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`OtlpConfig::tracer_provider`].
+    pub fn tracer_provider_builder(&self) -> Result<TracerProviderBuilder, BuildError> {
+        let builder = SpanExporter::builder();
+        let exporter = match self.traces_protocol() {
+            OtlpProtocol::Grpc => {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(BuildError::NoTokioRuntime);
+                }
+                builder
+                    .with_tonic()
+                    .with_protocol(Protocol::Grpc)
+                    .with_endpoint(self.traces_endpoint())
+                    .with_timeout(self.timeout())
+                    .build()
+            }
+            OtlpProtocol::HttpProtobuf => builder
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(self.traces_endpoint())
+                .with_timeout(self.timeout())
+                .build(),
+        }
+        .map_err(BuildError::Exporter)?;
+        Ok(SdkTracerProvider::builder()
+            .with_resource(self.resource())
+            .with_batch_exporter(exporter))
+    }
+
+    /// Builds a tracer provider exporting spans over OTLP, for
+    /// [`FreshConsumer::tracer_provider`](crate::FreshConsumer::tracer_provider),
+    /// from the same configuration as the metrics: the
+    /// [`traces_endpoint`](Self::traces_endpoint) and
+    /// [`traces_protocol`](Self::traces_protocol), the export timeout, the
+    /// resource (`service.name`, `OTEL_RESOURCE_ATTRIBUTES`). The SDK reads
+    /// the sampler from `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`
+    /// (default: parent-based, always on) and the batch processor's settings
+    /// from `OTEL_BSP_*`. It is not made global.
+    ///
+    /// The batch processor exports from a thread of its own. The consumer
+    /// flushes the provider when it shuts down; shut the provider down at
+    /// the very end, off the async runtime's threads
+    /// (`tokio::task::spawn_blocking(move || provider.shutdown())`): with
+    /// gRPC a blocking shutdown on a current-thread runtime's thread waits
+    /// for its own runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::NoTokioRuntime`] for gRPC outside a tokio runtime;
+    /// [`BuildError::Exporter`] if the exporter rejects the configuration.
+    pub fn tracer_provider(&self) -> Result<SdkTracerProvider, BuildError> {
+        Ok(self.tracer_provider_builder()?.build())
     }
 
     /// The export interval that will be used.
@@ -977,6 +1105,38 @@ mod tests {
         assert!(config.service_name().starts_with("unknown_service"));
         let http = config.with_protocol(OtlpProtocol::HttpProtobuf);
         assert_eq!(http.endpoint(), "http://localhost:4318/v1/metrics");
+    }
+
+    #[test]
+    fn traces_take_their_own_variables_then_the_general_ones() {
+        let config = config_from(&[]).unwrap();
+        assert_eq!(config.traces_endpoint(), "http://localhost:4317");
+        let http = config.with_protocol(OtlpProtocol::HttpProtobuf);
+        assert_eq!(http.traces_endpoint(), "http://localhost:4318/v1/traces");
+
+        let config = config_from(&[
+            (ENV_ENDPOINT, "http://base:4318/"),
+            (ENV_METRICS_PROTOCOL, "grpc"),
+            (ENV_PROTOCOL, "http/protobuf"),
+        ])
+        .unwrap();
+        assert_eq!(config.protocol(), OtlpProtocol::Grpc);
+        assert_eq!(config.traces_protocol(), OtlpProtocol::HttpProtobuf);
+        assert_eq!(config.traces_endpoint(), "http://base:4318/v1/traces");
+
+        let config = config_from(&[
+            (ENV_ENDPOINT, "http://base:4318"),
+            (ENV_TRACES_ENDPOINT, "http://traces:9999/custom"),
+            (ENV_TRACES_PROTOCOL, "http/protobuf"),
+        ])
+        .unwrap()
+        .with_endpoint("http://metrics:4317");
+        assert_eq!(config.traces_endpoint(), "http://traces:9999/custom");
+        assert_eq!(config.traces_protocol(), OtlpProtocol::HttpProtobuf);
+        assert_eq!(config.protocol(), OtlpProtocol::Grpc);
+
+        let bad = config_from(&[(ENV_TRACES_PROTOCOL, "http/json")]).unwrap_err();
+        assert_eq!(bad.name, ENV_TRACES_PROTOCOL);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! between the crate's top-level modules run one way,
 //!
 //! ```text
-//! consumer -> engine -> monitor -> config -> {failure, health} -> otlp -> metrics -> leaves
+//! consumer -> engine -> monitor -> config -> {failure, health} -> otlp -> trace -> metrics -> leaves
 //! ```
 //!
 //! (`monitor`, the group monitor, sits beside the engine: it uses the
@@ -31,6 +31,7 @@ fn layer(module: &str) -> Option<u32> {
         "config" => 60,
         "failure" | "health" => 50,
         "otlp" => 45,
+        "trace" => 42,
         "metrics" => 40,
         "slo" | "handler" | "ordering" | "summary" | "clock" => 20,
         "record" | "error" => 10,

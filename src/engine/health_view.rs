@@ -75,6 +75,10 @@ impl PartitionView for PartitionState {
         Some(self.committed.load(Ordering::Acquire)).filter(|&c| c >= 0)
     }
 
+    fn waiting_for_due_time(&self) -> bool {
+        self.held.load(Ordering::Acquire) > 0
+    }
+
     fn blocked_since_ms(&self) -> Option<i64> {
         match self.blocked_since.load(Ordering::Acquire) {
             0 => None,

@@ -117,6 +117,8 @@ pub(crate) struct Engine {
     /// is a child of it.
     pub(crate) shutdown: CancellationToken,
     pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
+    /// Traces (`None`: off, the default).
+    pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
 }
 
 /// A thread of the engine could not be started.
@@ -149,6 +151,7 @@ where
     ));
     let _ = settings.health.hub.slo.set(Arc::clone(&slo));
     let instruments = Instruments::new(&meter, &validated.group_id, slo);
+    let trace = settings.trace.build(scope(), &meter, &validated.group_id);
     // Partition health: its hub exists since the builder (for handles
     // taken before the run); it reports `Stopped` once this returns.
     let health = Arc::clone(&settings.health.hub);
@@ -216,6 +219,7 @@ where
         runtime,
         shutdown: CancellationToken::new(),
         ctrl_tx,
+        trace: trace.clone(),
     });
     let ctx = Ctx {
         engine: Arc::clone(&engine),
@@ -291,9 +295,17 @@ where
     let provider = settings.meter_provider.clone();
     let task = tokio::spawn(async move {
         let stopped_by = poll_loop.poll_loop().await;
-        let summary = poll_loop
+        let shutdown_started = std::time::Instant::now();
+        let mut summary = poll_loop
             .shutdown(shutdown_timeout, committer, provider.as_ref())
             .await;
+        // Spans end with their handler attempts, all finished by now.
+        if let Some(trace) = trace {
+            let budget = shutdown_timeout.saturating_sub(shutdown_started.elapsed());
+            if !trace.flush(budget).await {
+                summary.shutdown_timed_out = true;
+            }
+        }
         (stopped_by, summary)
     });
     // Cancelling `run_until` (dropping its future) shuts the engine down too.

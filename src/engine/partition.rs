@@ -26,6 +26,7 @@ use crate::metrics::instruments::{AttemptError, PartitionInstruments, PartitionR
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::EventTime;
 use crate::record::Record;
+use crate::trace::{Outcome, PartitionTrace, RecordTrace};
 
 /// A partition's own librdkafka queue (`split_partition_queue`), split
 /// before the partition is assigned.
@@ -334,6 +335,12 @@ pub(crate) struct PartitionState {
     pub(crate) waiting: AtomicU64,
     /// Partition-health state: statistics, offset anomalies, last success.
     pub(crate) health: PartitionHealth,
+    /// Process spans (`None`: tracing off).
+    pub(crate) trace: Option<PartitionTrace>,
+    /// Records of this retry-tier partition waiting for their due time: the
+    /// partition is paused ([`Ctrl::Hold`]) while it is above 0, and health
+    /// does not count the wait as a stall.
+    pub(crate) held: AtomicUsize,
 }
 
 impl PartitionState {
@@ -350,6 +357,21 @@ impl PartitionState {
     ) -> (Arc<Self>, PendingWorker) {
         let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let metrics = engine.instruments.partition(
+            topic,
+            partition,
+            engine.exhausted.dead_letter_topic_for(topic).as_deref(),
+            engine.exhausted.retry_topics().map(|rt| {
+                let source = engine.exhausted.source_of(topic);
+                PartitionRetry {
+                    source,
+                    tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
+                    tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
+                }
+            }),
+        );
+        let trace =
+            (engine.trace.as_ref()).map(|t| t.partition(topic, partition, metrics.attributes()));
         let state = Arc::new(PartitionState {
             topic: Arc::from(topic),
             partition,
@@ -362,27 +384,16 @@ impl PartitionState {
             done: Mutex::new(Some(done_rx)),
             blocked_since: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
-            metrics: engine.instruments.partition(
-                topic,
-                partition,
-                engine.exhausted.dead_letter_topic_for(topic).as_deref(),
-                engine.exhausted.retry_topics().map(|rt| {
-                    let source = engine.exhausted.source_of(topic);
-                    PartitionRetry {
-                        source,
-                        tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
-                        tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
-                    }
-                }),
-            ),
+            metrics,
             health: PartitionHealth::new(engine.health.origin()),
+            trace,
+            held: AtomicUsize::new(0),
         });
         let worker = Worker {
             state: Arc::clone(&state),
             engine: Arc::clone(engine),
             handler: Arc::clone(handler),
             blocked: AtomicUsize::new(0),
-            held: AtomicUsize::new(0),
             unflushed: AtomicU64::new(0),
             unflushed_received: AtomicU64::new(0),
             _done: done_tx,
@@ -429,9 +440,6 @@ struct Worker<H> {
     /// order, one per key lane in key order. `blocked_since` is set while it
     /// is above 0. Only the worker's task touches it.
     blocked: AtomicUsize,
-    /// Records of this retry-tier partition waiting for their due time: the
-    /// partition is paused ([`Ctrl::Hold`]) while it is above 0.
-    held: AtomicUsize,
     /// Successes not yet added to the shared counters (only this worker's
     /// task touches it).
     unflushed: AtomicU64,
@@ -1189,15 +1197,19 @@ impl<H: Handler> Worker<H> {
             worker: self,
             blocked: false,
         };
+        let trace = RecordTrace::new(self.state.trace.as_ref(), &record);
         loop {
             attempt += 1;
             let started = start.take().unwrap_or_else(Instant::now);
+            let span = trace.attempt(&record, attempt);
             let outcome = {
                 // `handle` is called inside the async block, so a handler that
                 // panics before returning its future (a closure doing its work
                 // synchronously) is caught like one that panics while polled.
-                let run = AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
-                    .catch_unwind();
+                let run = span.instrument(
+                    AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
+                        .catch_unwind(),
+                );
                 match self.engine.settings.handler_timeout {
                     None => classify::<H>(run.await),
                     Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -1219,6 +1231,7 @@ impl<H: Handler> Worker<H> {
                         // record will be redelivered to its new owner.
                         self.state.metrics.attempt(took, None);
                         self.engine.counters.late_completion();
+                        span.end(Outcome::Stopped);
                         return Done::Late;
                     }
                     self.state.metrics.handler_succeeded(
@@ -1236,12 +1249,20 @@ impl<H: Handler> Worker<H> {
                     // Counted in the shared counters in bulk (`flush_counts`):
                     // atomics shared by every worker are costly per record.
                     self.unflushed.fetch_add(1, Ordering::Relaxed);
+                    span.end(Outcome::Succeeded);
                     return Done::Completed {
                         succeeded_at: Some(ended),
                     };
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
+            let permanent = is_permanent(&error);
+            let error_type = if permanent {
+                "permanent"
+            } else {
+                kind.as_str()
+            };
+            span.failed(error_type, || error_chain(&*error));
             // The storm guard compares failures with successes: count the
             // successes so far first.
             self.flush_counts();
@@ -1253,14 +1274,9 @@ impl<H: Handler> Worker<H> {
                 self.engine.counters.record_failed();
             }
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
+                span.end(Outcome::Stopped);
                 return Done::Stopped;
             }
-            let permanent = is_permanent(&error);
-            let error_type = if permanent {
-                "permanent"
-            } else {
-                kind.as_str()
-            };
             if !permanent && attempt < max_attempts {
                 let delay = retry.delay(attempt);
                 tracing::warn!(
@@ -1274,6 +1290,7 @@ impl<H: Handler> Worker<H> {
                     "handler failed; retrying in place, the partition's commit holds at this offset"
                 );
                 self.state.metrics.retry();
+                span.end(Outcome::Retried);
                 if !self.sleep(delay).await {
                     return Done::Stopped;
                 }
@@ -1302,6 +1319,7 @@ impl<H: Handler> Worker<H> {
                     self.state.metrics.skipped();
                     self.engine.counters.skipped.fetch_add(1, Ordering::Relaxed);
                     self.complete(offset);
+                    span.end(Outcome::Skipped);
                     return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
@@ -1312,7 +1330,16 @@ impl<H: Handler> Worker<H> {
                         topic: writer.topic_for(exhausted.source_of(record.topic())),
                         to: To::DeadLetter,
                     };
-                    return self.write_out(writer, &record, out, &mut blocked).await;
+                    // The dead-letter record continues the process span's trace.
+                    let headers = span.headers();
+                    let done = self
+                        .write_out(writer, &record, out, &mut blocked, &headers)
+                        .await;
+                    span.end(match done {
+                        Done::Stopped => Outcome::Stopped,
+                        _ => Outcome::DeadLettered,
+                    });
+                    return done;
                 }
                 Decision::RetryTier {
                     writer,
@@ -1330,7 +1357,16 @@ impl<H: Handler> Worker<H> {
                         topic,
                         to: To::Tier { tier, delay },
                     };
-                    return self.write_out(writer, &record, out, &mut blocked).await;
+                    // The tier record continues the process span's trace.
+                    let headers = span.headers();
+                    let done = self
+                        .write_out(writer, &record, out, &mut blocked, &headers)
+                        .await;
+                    span.end(match done {
+                        Done::Stopped => Outcome::Stopped,
+                        _ => Outcome::RetryTier,
+                    });
+                    return done;
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -1347,6 +1383,7 @@ impl<H: Handler> Worker<H> {
                         "partition blocked at a record whose attempts ran out; retrying at the capped backoff"
                     );
                     self.state.metrics.retry();
+                    span.end(Outcome::Blocked);
                     if !self.sleep(delay).await {
                         return Done::Stopped;
                     }
@@ -1365,6 +1402,7 @@ impl<H: Handler> Worker<H> {
         record: &Record,
         out: Outgoing<'_>,
         blocked: &mut BlockGuard<'_, H>,
+        trace_headers: &[(String, String)],
     ) -> Done {
         let Outgoing {
             origin,
@@ -1390,7 +1428,7 @@ impl<H: Handler> Worker<H> {
             let sent = tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => return Done::Stopped,
-                r = writer.write(record, origin, &topic, failure, destination) => r,
+                r = writer.write(record, origin, &topic, failure, destination, trace_headers) => r,
             };
             match sent {
                 Ok(()) if matches!(to, To::Tier { .. }) => {
@@ -1602,7 +1640,7 @@ struct HoldGuard<'a, H> {
 
 impl<'a, H> HoldGuard<'a, H> {
     fn new(worker: &'a Worker<H>) -> Self {
-        if worker.held.fetch_add(1, Ordering::AcqRel) == 0 {
+        if worker.state.held.fetch_add(1, Ordering::AcqRel) == 0 {
             let _ = worker
                 .engine
                 .ctrl_tx
@@ -1615,7 +1653,7 @@ impl<'a, H> HoldGuard<'a, H> {
 impl<H> Drop for HoldGuard<'_, H> {
     fn drop(&mut self) {
         let w = self.worker;
-        if w.held.fetch_sub(1, Ordering::AcqRel) == 1 && !w.state.stop.is_cancelled() {
+        if w.state.held.fetch_sub(1, Ordering::AcqRel) == 1 && !w.state.stop.is_cancelled() {
             let _ = w
                 .engine
                 .ctrl_tx

@@ -38,6 +38,12 @@
 //!
 //! The dead-letter record's partition is chosen by the producer from the key;
 //! its timestamp is the time it was written.
+//!
+//! With tracing on ([`FreshConsumer::tracer_provider`](crate::FreshConsumer::tracer_provider)),
+//! the headers the propagator writes (`traceparent` and `tracestate` for
+//! W3C; `tracestate` may be empty) carry the context of the process span of the
+//! record's last attempt, in place of the original headers of those names,
+//! so a redriven record continues that trace.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -351,7 +357,10 @@ impl DeadLetterWriter {
 
     /// Writes `record` (from `origin`) to `topic`, a retry tier or the
     /// dead-letter topic, and waits for the acknowledgement (`acks=all`).
-    /// `failure` describes the attempts on `record` itself.
+    /// `failure` describes the attempts on `record` itself. `trace` is the
+    /// trace context to carry (the process span's, as the propagator writes
+    /// it; empty without tracing): it replaces the original headers of those
+    /// names.
     pub(crate) async fn write(
         &self,
         record: &Record,
@@ -359,8 +368,9 @@ impl DeadLetterWriter {
         topic: &str,
         failure: &FailureInfo,
         destination: Destination,
+        trace: &[(String, String)],
     ) -> Result<(), KafkaError> {
-        let headers = self.headers_for(record.topic(), origin, failure, destination);
+        let headers = self.headers_for(record.topic(), origin, failure, destination, trace);
         let mut r: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
         if let Destination::Tier { written_ms, .. } = destination {
             // The due time is this timestamp plus the tier's delay.
@@ -421,12 +431,18 @@ impl DeadLetterWriter {
     }
 
     #[cfg(test)]
-    fn headers(&self, record: &Record, f: &FailureInfo) -> OwnedHeaders {
+    fn headers(
+        &self,
+        record: &Record,
+        f: &FailureInfo,
+        trace: &[(String, String)],
+    ) -> OwnedHeaders {
         self.headers_for(
             record.topic(),
             &Origin::of(record),
             f,
             Destination::DeadLetter,
+            trace,
         )
     }
 
@@ -438,12 +454,22 @@ impl DeadLetterWriter {
         origin: &Origin,
         f: &FailureInfo,
         destination: Destination,
+        trace: &[(String, String)],
     ) -> OwnedHeaders {
-        let mut h = OwnedHeaders::new_with_capacity(origin.headers.len() + 14);
+        let mut h = OwnedHeaders::new_with_capacity(origin.headers.len() + 14 + trace.len());
         for orig in &origin.headers {
+            if trace.iter().any(|(k, _)| *k == orig.name) {
+                continue;
+            }
             h = h.insert(KafkaHeader {
                 key: &orig.name,
                 value: orig.value.as_deref(),
+            });
+        }
+        for (key, value) in trace {
+            h = h.insert(KafkaHeader {
+                key,
+                value: Some(value.as_bytes()),
             });
         }
         let text = |h: OwnedHeaders, key: &str, value: &str| {
@@ -782,7 +808,7 @@ mod tests {
             .with_timestamp(RecordTimestamp::CreateTime(1_700_000_000_000));
         for style in [DeadLetterHeaders::Native, DeadLetterHeaders::SpringKafka] {
             let w = writer(style);
-            let h = w.headers(&original, &info());
+            let h = w.headers(&original, &info(), &[]);
             let parked = to_record(h, b"k", b"p");
             let d = DeadLetterRecord::from_record(&parked).unwrap();
             assert_eq!(d.topic, "orders");
@@ -826,6 +852,7 @@ mod tests {
                     written_ms: 4_000,
                     due_ms: 5_000,
                 },
+                &[],
             );
             let tier1 = to_record(h, b"k", b"p");
             let d = DeadLetterRecord::from_record(&tier1).unwrap();
@@ -847,7 +874,13 @@ mod tests {
             f2.attempts = 1;
             f2.error_type = "timeout";
             f2.last_failure = UNIX_EPOCH + Duration::from_millis(9_000);
-            let h = w.headers_for("orders.retry.1s", &origin, &f2, Destination::DeadLetter);
+            let h = w.headers_for(
+                "orders.retry.1s",
+                &origin,
+                &f2,
+                Destination::DeadLetter,
+                &[],
+            );
             let parked = to_record(h, b"k", b"p");
             let d = DeadLetterRecord::from_record(&parked).unwrap();
             assert_eq!(
@@ -888,6 +921,31 @@ mod tests {
                 Some("1000")
             );
         }
+    }
+
+    #[test]
+    fn the_trace_context_replaces_the_original_one() {
+        let original = Record::new("orders", 0, 1)
+            .with_header("traceparent", Some(b"00-old".to_vec()))
+            .with_header("other", Some(b"x".to_vec()))
+            .with_header("tracestate", Some(b"a=1".to_vec()));
+        let trace = [("traceparent".to_owned(), "00-new".to_owned())];
+        let h = writer(DeadLetterHeaders::Native).headers(&original, &info(), &trace);
+        let d = DeadLetterRecord::from_record(&to_record(h, b"k", b"p")).unwrap();
+        let names: Vec<(&str, &[u8])> = d
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_deref().unwrap()))
+            .collect();
+        // Only the headers the propagator writes are replaced.
+        assert_eq!(
+            names,
+            [
+                ("other", &b"x"[..]),
+                ("tracestate", &b"a=1"[..]),
+                ("traceparent", &b"00-new"[..])
+            ]
+        );
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub(crate) struct Track {
     /// Since when completed records have waited for a commit (the processed
     /// position above the committed offset).
     ahead_since: Option<Instant>,
+    /// When the head of the line was last seen waiting for its due time (a
+    /// retry tier): the wait counts as progress.
+    due_wait_at: Option<Instant>,
     lag_since: Option<Instant>,
     samples: VecDeque<Sample>,
     rewind: Option<RewindEvent>,
@@ -58,6 +61,7 @@ impl Track {
             processed: None,
             last_progress: now,
             ahead_since: None,
+            due_wait_at: None,
             lag_since: None,
             samples: VecDeque::new(),
             rewind: None,
@@ -173,6 +177,8 @@ struct Inputs {
     end: Option<i64>,
     /// Not consumed by policy.
     failed: bool,
+    /// The head of the line waits for its due time (a retry tier).
+    due_wait: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +188,7 @@ pub(crate) struct Judged {
     pub(crate) processed_lag: Option<u64>,
     pub(crate) stalled_for: Duration,
     lag_since: Option<Instant>,
+    due_wait_at: Option<Instant>,
     growth: Option<(u64, u64, Duration)>,
     rewind: Option<RewindEvent>,
 }
@@ -218,6 +225,12 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds, noise: D
             tr.last_progress = now;
         }
         tr.processed = Some(p);
+    }
+    // A retry tier's record waiting for its due time is what the partition
+    // is meant to do: the stall clock does not run meanwhile.
+    if i.due_wait {
+        tr.last_progress = now;
+        tr.due_wait_at = Some(now);
     }
     let ahead = matches!((i.processed, i.base), (Some(p), Some(b)) if p > b);
     let ahead_since = if ahead {
@@ -276,6 +289,7 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds, noise: D
         processed_lag,
         stalled_for,
         lag_since,
+        due_wait_at: tr.due_wait_at,
         growth,
         rewind,
     }
@@ -361,6 +375,7 @@ pub(crate) fn evaluate_one(
             processed,
             end,
             failed: h.is_failed(),
+            due_wait: view.waiting_for_due_time(),
         },
         now,
         t,
@@ -368,9 +383,11 @@ pub(crate) fn evaluate_one(
     );
     let last_success = h.last_success();
     let no_success_for = match judged.lag_since {
-        Some(since) => {
-            now.saturating_duration_since(since.max(last_success.unwrap_or(h.assigned_at())))
-        }
+        Some(since) => now.saturating_duration_since(
+            since
+                .max(last_success.unwrap_or(h.assigned_at()))
+                .max(judged.due_wait_at.unwrap_or(since)),
+        ),
         None => Duration::ZERO,
     };
     let blocked_for = view
@@ -524,6 +541,7 @@ mod tests {
             processed: Some(processed),
             end: Some(hi),
             failed: false,
+            due_wait: false,
         }
     }
 
@@ -618,6 +636,25 @@ mod tests {
         );
         let j = judge(&mut tr, inputs(40, 40, 40), at(76), &t(), NOISE);
         assert_eq!((j.status, j.lag), (PartitionStatus::Ok, Some(0)));
+    }
+
+    #[test]
+    fn a_retry_tier_record_waiting_for_its_due_time_is_not_a_stall() {
+        let t0 = Instant::now();
+        let mut tr = Track::new(t0, 1);
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut waiting = inputs(10, 10, 11);
+        waiting.due_wait = true;
+        // A 5-minute tier: the record waits, the partition is paused.
+        for s in 0..=300 {
+            let j = judge(&mut tr, waiting, at(s), &t(), NOISE);
+            assert_eq!(j.status, PartitionStatus::Ok, "at {s} s");
+        }
+        // Due, and its handler hangs: the stall clock starts at the due time.
+        let j = judge(&mut tr, inputs(10, 10, 11), at(309), &t(), NOISE);
+        assert_eq!(j.status, PartitionStatus::Ok);
+        let j = judge(&mut tr, inputs(10, 10, 11), at(311), &t(), NOISE);
+        assert_eq!(j.status, PartitionStatus::Stall);
     }
 
     #[test]

@@ -43,6 +43,13 @@ pub(crate) trait PartitionView: Send + Sync {
     /// Since when (milliseconds since the Unix epoch) a record whose
     /// attempts ran out blocks the partition, if one does.
     fn blocked_since_ms(&self) -> Option<i64>;
+
+    /// Whether the head of the line waits for its due time (a record of a
+    /// retry tier, `OnExhausted::RetryTopics`): waiting is what the
+    /// partition is meant to do, not a stall.
+    fn waiting_for_due_time(&self) -> bool {
+        false
+    }
 }
 
 /// The running engine, as health sees it.

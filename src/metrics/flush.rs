@@ -10,11 +10,22 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 /// finish in time; an export error is logged and counts as finished.
 pub(crate) async fn flush(provider: &SdkMeterProvider, budget: Duration) -> bool {
     let provider = provider.clone();
+    off_thread("metrics", budget, move || provider.force_flush()).await
+}
+
+/// Runs `work` (a provider's blocking `force_flush`) on a thread of its own,
+/// waiting at most `budget`: see [`flush`]. `what` names the signal in the
+/// warnings (`metrics`, `traces`).
+pub(crate) async fn off_thread(
+    what: &'static str,
+    budget: Duration,
+    work: impl FnOnce() -> opentelemetry_sdk::error::OTelSdkResult + Send + 'static,
+) -> bool {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("fresh-consumer-flush".into())
         .spawn(move || {
-            let _ = tx.send(provider.force_flush());
+            let _ = tx.send(work());
         });
     if spawned.is_err() {
         return false;
@@ -22,13 +33,13 @@ pub(crate) async fn flush(provider: &SdkMeterProvider, budget: Duration) -> bool
     match tokio::time::timeout(budget, rx).await {
         Ok(Ok(Ok(()))) => true,
         Ok(Ok(Err(e))) => {
-            tracing::warn!(error = %e, "flushing metrics at shutdown failed");
+            tracing::warn!(error = %e, "flushing {what} at shutdown failed");
             true
         }
         _ => {
             tracing::warn!(
                 ?budget,
-                "flushing metrics at shutdown did not finish in time"
+                "flushing {what} at shutdown did not finish in time"
             );
             false
         }

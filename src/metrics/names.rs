@@ -161,6 +161,18 @@ pub const DEAD_LETTER_MESSAGES: &str = "fresh_consumer.dead_letter.messages";
 /// | counter (u64) | `{message}` | partition attributes |
 pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
 
+/// Records whose trace-context headers (the propagator's fields:
+/// `traceparent`, `tracestate` for W3C) are present but yield no valid
+/// context: an unparsable `traceparent`, a value that is not UTF-8. The
+/// record is handled without the producer's context. Recorded only with
+/// tracing on ([`FreshConsumer::tracer_provider`](crate::FreshConsumer::tracer_provider)),
+/// once per record (not per attempt).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const TRACE_CONTEXT_MALFORMED: &str = "fresh_consumer.trace_context.malformed";
+
 /// 1 while the partition is blocked by a record whose attempts ran out and
 /// that is neither handled nor parked (block policy, storm guard, or a
 /// failing dead-letter write); 0 once it moves on.

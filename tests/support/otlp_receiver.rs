@@ -1,8 +1,9 @@
-//! An in-process OTLP metrics receiver for integration tests.
+//! An in-process OTLP metrics and traces receiver for integration tests.
 //!
 //! [`OtlpReceiver::start`] serves OTLP/gRPC and [`OtlpReceiver::start_http`]
 //! OTLP/HTTP+protobuf on `127.0.0.1:0`; both keep every
-//! `ExportMetricsServiceRequest` they receive. Waiting is always bounded:
+//! `ExportMetricsServiceRequest` and `ExportTraceServiceRequest` they
+//! receive (spans: [`OtlpReceiver::spans`], [`ReceivedSpan`]). Waiting is always bounded:
 //! the `wait_*` methods poll every few milliseconds until their condition
 //! holds and panic with what was received when their timeout passes.
 //!
@@ -20,6 +21,12 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -42,7 +49,9 @@ pub enum Transport {
 #[derive(Debug, Default)]
 struct Received {
     requests: Vec<ExportMetricsServiceRequest>,
-    /// HTTP requests to any path other than `POST /v1/metrics`.
+    trace_requests: Vec<ExportTraceServiceRequest>,
+    /// HTTP requests to any path other than `POST /v1/metrics` and
+    /// `POST /v1/traces`.
     unexpected_http: Vec<String>,
 }
 
@@ -79,6 +88,19 @@ impl MetricsService for GrpcService {
     }
 }
 
+#[tonic::async_trait]
+impl TraceService for GrpcService {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        lock(&self.received)
+            .trace_requests
+            .push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
 fn lock(received: &Shared) -> std::sync::MutexGuard<'_, Received> {
     received
         .lock()
@@ -95,9 +117,13 @@ impl OtlpReceiver {
         let service = MetricsServiceServer::new(GrpcService {
             received: received.clone(),
         });
+        let traces = TraceServiceServer::new(GrpcService {
+            received: received.clone(),
+        });
         tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(traces)
                 .serve_with_incoming_shutdown(
                     tonic::transport::server::TcpIncoming::from(listener),
                     async {
@@ -153,6 +179,30 @@ impl OtlpReceiver {
                 }
             }
         };
+        let on_traces = {
+            let received = received.clone();
+            move |body: axum::body::Bytes| {
+                let received = received.clone();
+                async move {
+                    match ExportTraceServiceRequest::decode(body) {
+                        Ok(request) => {
+                            lock(&received).trace_requests.push(request);
+                            let response = ExportTraceServiceResponse::default().encode_to_vec();
+                            (
+                                axum::http::StatusCode::OK,
+                                [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")],
+                                response,
+                            )
+                        }
+                        Err(error) => (
+                            axum::http::StatusCode::BAD_REQUEST,
+                            [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                            error.to_string().into_bytes(),
+                        ),
+                    }
+                }
+            }
+        };
         let on_other = {
             let received = received.clone();
             move |method: axum::http::Method, uri: axum::http::Uri| {
@@ -167,6 +217,7 @@ impl OtlpReceiver {
         };
         let app = axum::Router::new()
             .route("/v1/metrics", axum::routing::post(on_metrics))
+            .route("/v1/traces", axum::routing::post(on_traces))
             .fallback(on_other);
         tokio::spawn(async move {
             let result = axum::serve(listener, app)
@@ -333,6 +384,100 @@ impl OtlpReceiver {
         })
         .await
         .is_some()
+    }
+}
+
+/// One span as received, with ids in lowercase hex (empty when absent).
+#[derive(Debug, Clone)]
+pub struct ReceivedSpan {
+    pub name: String,
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: String,
+    /// `SpanKind` as in the protocol: 1 internal, 2 server, 3 client,
+    /// 4 producer, 5 consumer.
+    pub kind: i32,
+    /// `StatusCode`: 0 unset, 1 ok, 2 error.
+    pub status_code: i32,
+    pub status_message: String,
+    pub attributes: BTreeMap<String, String>,
+    /// Links as (trace id, span id).
+    pub links: Vec<(String, String)>,
+    /// The instrumentation scope's name.
+    pub scope: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl OtlpReceiver {
+    /// The full traces endpoint to hand to an exporter: [`Self::endpoint`]
+    /// for gRPC, [`Self::endpoint`] + `/v1/traces` for HTTP.
+    pub fn traces_endpoint(&self) -> String {
+        match self.transport {
+            Transport::Grpc => self.endpoint(),
+            Transport::HttpProtobuf => format!("{}/v1/traces", self.endpoint()),
+        }
+    }
+
+    /// Every span received so far, in the order they arrived.
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        let received = lock(&self.received);
+        let mut out = Vec::new();
+        for request in &received.trace_requests {
+            for resource in &request.resource_spans {
+                for scope in &resource.scope_spans {
+                    let scope_name = scope.scope.as_ref().map(|s| s.name.clone());
+                    for span in &scope.spans {
+                        let status = span.status.clone().unwrap_or_default();
+                        out.push(ReceivedSpan {
+                            name: span.name.clone(),
+                            trace_id: hex(&span.trace_id),
+                            span_id: hex(&span.span_id),
+                            parent_span_id: hex(&span.parent_span_id),
+                            kind: span.kind,
+                            status_code: status.code,
+                            status_message: status.message,
+                            attributes: attributes(&span.attributes),
+                            links: span
+                                .links
+                                .iter()
+                                .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                                .collect(),
+                            scope: scope_name.clone().unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits until `condition` holds for the spans received so far and
+    /// returns them.
+    ///
+    /// # Panics
+    ///
+    /// When it does not within `timeout`, listing the spans received.
+    pub async fn wait_for_spans(
+        &self,
+        what: &str,
+        timeout: Duration,
+        condition: impl Fn(&[ReceivedSpan]) -> bool,
+    ) -> Vec<ReceivedSpan> {
+        let found = poll_until(timeout, || {
+            let spans = self.spans();
+            condition(&spans).then_some(spans)
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            panic!(
+                "spans ({what}) not received within {timeout:?}; received: {:#?}; unexpected http requests: {:?}",
+                self.spans(),
+                self.unexpected_http_requests()
+            )
+        })
     }
 }
 
