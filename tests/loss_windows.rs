@@ -550,3 +550,112 @@ async fn a_reposition_racing_rebalances_loses_nothing() {
         );
     }
 }
+
+/// Window 2. A revoke waits up to `revoke_timeout` for its commit of the
+/// completed offsets; a commit that outlasts it stays in flight after the
+/// revoke returned, and could land after the next owner committed further.
+/// On the embedded broker the group coordinator answers 4 s late (added
+/// round-trip time on its broker only) while a second member joins and the
+/// first revokes with `revoke_timeout` = 1 s: the library must say the
+/// commit is still in flight (not "failed"), the group's committed offsets
+/// (read every 20 ms) must never move backwards, and every record is
+/// handled at least once.
+///
+/// A documented limit, not a reproduction: the commit cannot be recalled,
+/// and the broker decides. A classic-protocol OffsetCommit carries the
+/// member's generation (a consumer-protocol one its member epoch) and a
+/// commit of an older one is rejected once the partition moved on; the
+/// mock does the same here (the late commit comes back `UnknownMemberId`
+/// after the slow member was replaced). Before the change the library
+/// logged the in-flight commit as failed ("will be redelivered").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_whose_commit_outlasts_revoke_timeout_says_so_and_never_rewinds() {
+    use rdkafka::mocking::MockCoordinator;
+    logs::init();
+    let cluster = TestCluster::start_with(3);
+    let Some(mock) = cluster.mock_or_skip("added round-trip time on the group coordinator") else {
+        return;
+    };
+    const PARTITIONS: i32 = 2;
+    let topic = cluster.topic("revoke-commit-late", PARTITIONS).await;
+    let group = unique("g-revoke-commit-late");
+    mock.coordinator(MockCoordinator::Group(group.clone()), 3)
+        .expect("coordinator on broker 3");
+    for p in 0..PARTITIONS {
+        mock.partition_leader(&topic, p, Some(1))
+            .expect("leader on broker 1");
+    }
+    cluster.produce_many(&topic, PARTITIONS, 50).await;
+    let handled: Arc<Mutex<std::collections::BTreeSet<(i32, i64)>>> = Arc::default();
+    let member = || {
+        let handled = Arc::clone(&handled);
+        support::run::start(
+            cluster
+                .consumer(&group, &topic, move |r: Record| {
+                    handled.lock().unwrap().insert((r.partition(), r.offset()));
+                    std::future::ready(Ok::<(), BoxError>(()))
+                })
+                // Only the revoke commits.
+                .commit_interval(Duration::from_secs(3600))
+                .revoke_timeout(Duration::from_secs(1)),
+        )
+    };
+    let a = member();
+    wait_until(WAIT, "the first member handled every record", || async {
+        handled.lock().unwrap().len() == 2 * 50
+    })
+    .await;
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let backwards: Arc<Mutex<Vec<String>>> = Arc::default();
+    let watcher = {
+        let reader = cluster.offset_reader(&group, &topic, PARTITIONS);
+        let (watching, backwards) = (Arc::clone(&watching), Arc::clone(&backwards));
+        std::thread::spawn(move || {
+            let mut last = vec![-1001; PARTITIONS as usize];
+            while watching.load(Ordering::Relaxed) {
+                if let Ok(now) = reader.committed(Duration::from_secs(10)) {
+                    for (p, (&was, &is)) in last.iter().zip(&now).enumerate() {
+                        if is < was {
+                            backwards
+                                .lock()
+                                .unwrap()
+                                .push(format!("partition {p}: {was} -> {is}"));
+                        }
+                    }
+                    last = now;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // The coordinator turns slow; a second member joins: the first revokes
+    // and its commit outlasts revoke_timeout.
+    let mark = logs::mark();
+    mock.broker_round_trip_time(3, Duration::from_secs(4))
+        .expect("rtt");
+    let b = member();
+    wait_until(WAIT, "the revoke says its commit is in flight", || async {
+        logs::text_since(mark).contains("still in flight")
+    })
+    .await;
+    let at_revoke = logs::text_since(mark);
+    mock.broker_round_trip_time(3, Duration::ZERO).expect("rtt");
+    cluster.produce_many(&topic, PARTITIONS, 50).await;
+    wait_until(WAIT, "every record handled", || async {
+        handled.lock().unwrap().len() == 2 * 100
+    })
+    .await;
+    b.stop().await;
+    a.stop().await;
+    watching.store(false, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let backwards = backwards.lock().unwrap();
+    assert!(
+        backwards.is_empty(),
+        "committed offsets moved backwards: {backwards:?}"
+    );
+    assert!(
+        !at_revoke.contains("committing their completed offsets failed"),
+        "an unanswered commit is not a failed one:\n{at_revoke}"
+    );
+}

@@ -262,7 +262,7 @@ impl<H: Handler> Ctx<H> {
                     .filter(|s| !s.wait_stopped_blocking(deadline))
                     .count();
             }
-            let mut committed = Ok(0);
+            let mut committed = RevokeCommit::Done(Ok(0));
             if !lost {
                 let (reply, rx) = std::sync::mpsc::channel();
                 let cmd = CommitCmd::Sync {
@@ -271,10 +271,12 @@ impl<H: Handler> Ctx<H> {
                 };
                 committed = match engine.committer.send(cmd) {
                     Ok(()) => match rx.recv_timeout(engine.settings.revoke_timeout) {
-                        Ok(r) => r,
-                        Err(_) => Err(KafkaError::Canceled),
+                        Ok(r) => RevokeCommit::Done(r),
+                        // Sent (or queued behind another commit), not
+                        // answered within the bound: it may still land.
+                        Err(_) => RevokeCommit::InFlight,
                     },
-                    Err(_) => Err(KafkaError::Canceled),
+                    Err(_) => RevokeCommit::Done(Err(KafkaError::Canceled)),
                 };
             }
             engine
@@ -292,11 +294,20 @@ impl<H: Handler> Ctx<H> {
             tracing::warn!(%partitions, still_running, ?took, "partitions lost (the member was removed from the group); nothing was committed for them");
         } else {
             match committed {
-                Ok(_) => {
+                RevokeCommit::Done(Ok(_)) => {
                     tracing::info!(%partitions, still_running, ?took, "partitions revoked; completed offsets committed")
                 }
-                Err(e) => {
+                RevokeCommit::Done(Err(e)) => {
                     tracing::warn!(%partitions, still_running, ?took, error = %e, "partitions revoked; committing their completed offsets failed, they will be redelivered")
+                }
+                RevokeCommit::InFlight => {
+                    tracing::warn!(
+                        %partitions,
+                        still_running,
+                        ?took,
+                        revoke_timeout = ?engine.settings.revoke_timeout,
+                        "partitions revoked; the commit of their completed offsets did not finish within revoke_timeout and is still in flight: the broker applies it if it arrives before the group's next generation (classic protocol) or member epoch (consumer protocol) and fences it after, so it cannot move the next owner's committed offset back; records it does not cover are redelivered"
+                    )
                 }
             }
         }
@@ -405,6 +416,14 @@ impl<H: Handler> Ctx<H> {
         }
         tracing::info!(partitions = %describe(tpl), "partitions assigned");
     }
+}
+
+/// How a revoke's commit of its completed offsets ended.
+enum RevokeCommit {
+    /// Answered within `revoke_timeout` (or never sent).
+    Done(Result<usize, KafkaError>),
+    /// Not answered within `revoke_timeout`: still in flight.
+    InFlight,
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
