@@ -67,6 +67,58 @@ async fn count(cluster: &TestCluster, topic: &str) -> i64 {
     cluster.high_watermarks(topic, 1).await[0]
 }
 
+/// The group's committed offsets, read every 20 ms from a thread of its
+/// own; each step backwards is kept.
+struct CommitWatch {
+    watching: Arc<std::sync::atomic::AtomicBool>,
+    backwards: Arc<Mutex<Vec<String>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl CommitWatch {
+    fn start(cluster: &TestCluster, group: &str, topic: &str, partitions: i32) -> Self {
+        let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let backwards: Arc<Mutex<Vec<String>>> = Arc::default();
+        let reader = cluster.offset_reader(group, topic, partitions);
+        let thread = {
+            let (watching, backwards) = (Arc::clone(&watching), Arc::clone(&backwards));
+            std::thread::spawn(move || {
+                let mut last = vec![-1001; partitions as usize];
+                while watching.load(Ordering::Relaxed) {
+                    if let Ok(now) = reader.committed(Duration::from_secs(10)) {
+                        for (p, (&was, &is)) in last.iter().zip(&now).enumerate() {
+                            if is < was {
+                                backwards
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("partition {p}: {was} -> {is}"));
+                            }
+                        }
+                        last = now;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        CommitWatch {
+            watching,
+            backwards,
+            thread,
+        }
+    }
+
+    /// Stops watching; fails the test if an offset moved backwards.
+    fn assert_never_backwards(self) {
+        self.watching.store(false, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        let backwards = self.backwards.lock().unwrap();
+        assert!(
+            backwards.is_empty(),
+            "committed offsets moved backwards: {backwards:?}"
+        );
+    }
+}
+
 /// Window 3. One partition; every record but each tenth fails permanently,
 /// dead-letter policy, a storm guard of 50 % over a 1 s window once 10
 /// records finished. The guard trips at offset 9 and blocks the partition
@@ -456,31 +508,7 @@ async fn a_reposition_racing_rebalances_loses_nothing() {
         );
         (run, mine)
     };
-    // The group's committed offsets, read every 20 ms from a thread of its
-    // own; a step backwards is kept.
-    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let backwards: Arc<Mutex<Vec<String>>> = Arc::default();
-    let watcher = {
-        let reader = cluster.offset_reader(&group, &topic, PARTITIONS);
-        let (watching, backwards) = (Arc::clone(&watching), Arc::clone(&backwards));
-        std::thread::spawn(move || {
-            let mut last = vec![-1001; PARTITIONS as usize];
-            while watching.load(Ordering::Relaxed) {
-                if let Ok(now) = reader.committed(Duration::from_secs(5)) {
-                    for (p, (&was, &is)) in last.iter().zip(&now).enumerate() {
-                        if is < was {
-                            backwards
-                                .lock()
-                                .unwrap()
-                                .push(format!("partition {p}: {was} -> {is}"));
-                        }
-                    }
-                    last = now;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let watch = CommitWatch::start(&cluster, &group, &topic, PARTITIONS);
     let (a, _) = member();
     let mut produced = 0;
     for change in 0..changes {
@@ -524,8 +552,6 @@ async fn a_reposition_racing_rebalances_loses_nothing() {
     )
     .await;
     let summary = a.stop().await;
-    watching.store(false, Ordering::Relaxed);
-    watcher.join().unwrap();
     let outdated = logs::count(|e| {
         e.is_library() && e.mentions(&topic) && e.mentions("dropped by librdkafka as outdated")
     });
@@ -534,11 +560,7 @@ async fn a_reposition_racing_rebalances_loses_nothing() {
     eprintln!(
         "reposition race: {changes} membership changes, {events} error events read, {outdated} outdated seeks sent again; {summary:?}"
     );
-    let backwards = backwards.lock().unwrap();
-    assert!(
-        backwards.is_empty(),
-        "committed offsets moved backwards: {backwards:?}"
-    );
+    watch.assert_never_backwards();
     let handled = handled.lock().unwrap();
     for p in 0..PARTITIONS {
         let missing: Vec<i64> = (0..produced as i64)
@@ -605,29 +627,7 @@ async fn a_revoke_whose_commit_outlasts_revoke_timeout_says_so_and_never_rewinds
         handled.lock().unwrap().len() == 2 * 50
     })
     .await;
-    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let backwards: Arc<Mutex<Vec<String>>> = Arc::default();
-    let watcher = {
-        let reader = cluster.offset_reader(&group, &topic, PARTITIONS);
-        let (watching, backwards) = (Arc::clone(&watching), Arc::clone(&backwards));
-        std::thread::spawn(move || {
-            let mut last = vec![-1001; PARTITIONS as usize];
-            while watching.load(Ordering::Relaxed) {
-                if let Ok(now) = reader.committed(Duration::from_secs(10)) {
-                    for (p, (&was, &is)) in last.iter().zip(&now).enumerate() {
-                        if is < was {
-                            backwards
-                                .lock()
-                                .unwrap()
-                                .push(format!("partition {p}: {was} -> {is}"));
-                        }
-                    }
-                    last = now;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let watch = CommitWatch::start(&cluster, &group, &topic, PARTITIONS);
     // The coordinator turns slow; a second member joins: the first revokes
     // and its commit outlasts revoke_timeout.
     let mark = logs::mark();
@@ -647,13 +647,7 @@ async fn a_revoke_whose_commit_outlasts_revoke_timeout_says_so_and_never_rewinds
     .await;
     b.stop().await;
     a.stop().await;
-    watching.store(false, Ordering::Relaxed);
-    watcher.join().unwrap();
-    let backwards = backwards.lock().unwrap();
-    assert!(
-        backwards.is_empty(),
-        "committed offsets moved backwards: {backwards:?}"
-    );
+    watch.assert_never_backwards();
     assert!(
         !at_revoke.contains("committing their completed offsets failed"),
         "an unanswered commit is not a failed one:\n{at_revoke}"
