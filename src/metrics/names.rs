@@ -171,7 +171,7 @@ pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
 /// | instrument | unit | attributes |
 /// |---|---|---|
 /// | counter (u64) | `{message}` | partition attributes |
-pub const TRACE_CONTEXT_MALFORMED: &str = "fresh_consumer.trace_context.malformed";
+pub const TRACE_CONTEXT_MALFORMED: &str = "fresh_consumer.trace_context.malformed.messages";
 
 /// 1 while the partition is blocked by a record whose attempts ran out and
 /// that is neither handled nor parked (block policy, storm guard, or a
