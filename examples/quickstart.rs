@@ -48,7 +48,12 @@
 //! records into). When `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is set, the same provider also
 //! exports over OTLP, configured by the standard `OTEL_*` variables through
-//! `fresh_consumer::otlp`.
+//! `fresh_consumer::otlp`. When `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, the consumer also exports
+//! traces there: a `process <topic>` span per handler attempt
+//! (`OtlpConfig::tracer_provider`, sampler from `OTEL_TRACES_SAMPLER`),
+//! linked to the trace context of records that carry a W3C `traceparent`
+//! header (`kcat -P -H traceparent=00-…`).
 //!
 //! The mock broker comes from `examples/support/mock_broker.rs` (shared with
 //! the other examples and the benches). On a cluster given with
@@ -76,6 +81,8 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -467,6 +474,8 @@ async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box
     //    the end, plus an OTLP exporter when an endpoint is configured.
     let ages = AgeReader::new(&target.topic);
     let (provider, otlp_endpoint) = meter_provider(&ages)?;
+    // Traces: only when an OTLP endpoint for them is configured.
+    let traces = tracer_provider()?;
 
     // 3. The handler and the stop condition.
     let stop_after = if args.demo() {
@@ -487,6 +496,9 @@ async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box
 
     if let Some(endpoint) = &otlp_endpoint {
         println!("exporting metrics over OTLP to {endpoint}");
+    }
+    if let Some((_, endpoint)) = &traces {
+        println!("exporting traces over OTLP to {endpoint}");
     }
     let bootstrap = &target.bootstrap;
     let topic = &target.topic;
@@ -540,6 +552,13 @@ async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box
         .retry_backoff(Duration::from_millis(50), Duration::from_secs(1))
         .shutdown_timeout(Duration::from_secs(10))
         .meter_provider(&provider);
+    if let Some((tracer_provider, _)) = &traces {
+        // A record's W3C `traceparent` / `tracestate` headers are linked
+        // from its process spans.
+        consumer = consumer
+            .tracer_provider(tracer_provider)
+            .trace_propagator(TraceContextPropagator::new());
+    }
     if embedded {
         // The mock broker holds an empty fetch for the full
         // `fetch.wait.max.ms` (default 500 ms) even when data arrives
@@ -575,6 +594,15 @@ async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box
 
     if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
         eprintln!("metrics: {}", cli::chain(&e));
+    }
+    if let Some((tracer_provider, _)) = traces {
+        // The consumer flushed it at shutdown; this exports what is left,
+        // off the runtime's threads (see `OtlpConfig::tracer_provider`).
+        match tokio::task::spawn_blocking(move || tracer_provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("traces: {}", cli::chain(&e)),
+            Err(e) => eprintln!("traces: {e}"),
+        }
     }
 
     // The demo doubles as a smoke test: everything produced must have been
@@ -794,6 +822,27 @@ fn meter_provider(ages: &AgeReader) -> Result<(SdkMeterProvider, Option<String>)
     let endpoint = format!("{} ({})", config.endpoint(), config.protocol());
     let provider = config.meter_provider_builder()?.with_reader(local).build();
     Ok((provider, Some(endpoint)))
+}
+
+/// Builds a tracer provider exporting over OTLP when an endpoint for traces
+/// is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), with the endpoint in use; `None`
+/// otherwise (no spans are created then).
+fn tracer_provider() -> Result<Option<(SdkTracerProvider, String)>, Box<dyn Error>> {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        return Ok(None);
+    }
+    let mut config = OtlpConfig::from_env()?;
+    if !set("OTEL_SERVICE_NAME") {
+        config = config.with_service_name("fresh-consumer-quickstart");
+    }
+    let endpoint = format!(
+        "{} ({})",
+        config.traces_endpoint(),
+        config.traces_protocol()
+    );
+    Ok(Some((config.tracer_provider()?, endpoint)))
 }
 
 /// One partition's event-age histogram, merged over its attribute sets.

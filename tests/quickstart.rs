@@ -59,6 +59,7 @@ async fn quickstart(args: &[&str]) -> Output {
         .args(args)
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .kill_on_drop(true);
