@@ -136,6 +136,8 @@ fn child(kind: &str) {
 /// What the library's log events tell (FreshConsumer children only).
 static ASSIGNED: OnceLock<Instant> = OnceLock::new();
 static REVOKED_TOOK: OnceLock<Duration> = OnceLock::new();
+/// The library's INFO and WARN messages, printed when a revoke is not seen.
+static MESSAGES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 struct Capture;
 
@@ -159,12 +161,22 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let mut f = Fields::default();
         event.record(&mut f);
+        if let Ok(mut m) = MESSAGES.lock()
+            && m.len() < 200
+        {
+            m.push(format!(
+                "{} {} took={}",
+                event.metadata().level(),
+                f.message,
+                f.took
+            ));
+        }
         if f.message == "partitions assigned" {
             ASSIGNED.get_or_init(Instant::now);
-        } else if f.message.starts_with("partitions revoked") {
-            if let Some(took) = parse_debug_duration(&f.took) {
-                let _ = REVOKED_TOOK.set(took);
-            }
+        } else if f.message.starts_with("partitions revoked")
+            && let Some(took) = parse_debug_duration(&f.took)
+        {
+            let _ = REVOKED_TOOK.set(took);
         }
     }
 }
@@ -182,6 +194,26 @@ fn parse_debug_duration(s: &str) -> Option<Duration> {
         _ => return None,
     };
     Some(Duration::from_secs_f64(secs))
+}
+
+/// How long a burst child waits for the revoke the second member causes
+/// (the mock holds a join `session.timeout.ms - 1000` = 5 s).
+const REVOKE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long a burst may take before the child fails (a burst takes well
+/// under a second).
+const BURST_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Waits for `cond` up to `limit`; whether it held.
+async fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    true
 }
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -221,6 +253,18 @@ fn thread_cpu_ms() -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// Prints a `THREADS` line: CPU time per thread name since `before`.
+fn print_threads(before: &std::collections::BTreeMap<String, u64>) {
+    let threads: Vec<String> = thread_cpu_ms()
+        .into_iter()
+        .map(|(k, v)| {
+            let d = v.saturating_sub(before.get(&k).copied().unwrap_or(0));
+            format!("{k}={d}ms")
+        })
+        .collect();
+    println!("THREADS {}", threads.join(" "));
+}
+
 /// CPU share of one core over `window`, and the VmRSS (kB) before it.
 /// Prints a `THREADS` line: the window's CPU time per thread name.
 async fn idle_window(args: &ChildArgs) -> String {
@@ -232,14 +276,7 @@ async fn idle_window(args: &ChildArgs) -> String {
     tokio::time::sleep(args.window).await;
     let cpu = support::process_cpu().saturating_sub(cpu0);
     let wall = t0.elapsed();
-    let threads: Vec<String> = thread_cpu_ms()
-        .into_iter()
-        .map(|(k, v)| {
-            let d = v.saturating_sub(threads0.get(&k).copied().unwrap_or(0));
-            format!("{k}={d}ms")
-        })
-        .collect();
-    println!("THREADS {}", threads.join(" "));
+    print_threads(&threads0);
     format!(
         "rss_kb={rss} idle_cpu={:.5} window_s={:.1}",
         cpu.as_secs_f64() / wall.as_secs_f64(),
@@ -374,7 +411,7 @@ fn second_member(args: &ChildArgs, group: &str, stop: Arc<AtomicBool>) {
 
 fn burst_line(
     subscribed: Instant,
-    assigned: Instant,
+    assigned: Option<Instant>,
     progress: &Progress,
     before_revoke_rss: u64,
 ) -> String {
@@ -383,7 +420,8 @@ fn burst_line(
     let first = progress.first_at().expect("a record");
     format!(
         "sub_to_assigned_ms={:.1} sub_to_first_ms={:.1} rate={:.0} cpu_us_per_rec={:.3} rss_kb={before_revoke_rss}",
-        assigned.duration_since(subscribed).as_secs_f64() * 1e3,
+        assigned.map_or(f64::NAN, |a| a.duration_since(subscribed).as_secs_f64()
+            * 1e3),
         first.duration_since(subscribed).as_secs_f64() * 1e3,
         total / took.as_secs_f64(),
         cpu.as_secs_f64() * 1e6 / total,
@@ -401,20 +439,64 @@ async fn burst_fresh(args: &ChildArgs) -> String {
         group.clone(),
     )
     .meter_provider(&provider);
+    let health = c.health_handle();
+    let threads0 = thread_cpu_ms();
     let subscribed = Instant::now();
     tokio::spawn(c.run());
-    tokio::time::timeout(DEADLINE, progress.all_done())
+    if tokio::time::timeout(BURST_DEADLINE, progress.all_done())
         .await
-        .expect("deadline: burst");
-    let assigned = *ASSIGNED.get().expect("assigned event");
+        .is_err()
+    {
+        let snap = health.snapshot();
+        let behind: Vec<String> = snap
+            .partitions
+            .iter()
+            .filter(|p| p.processed_offset != Some(records_per_partition() as i64))
+            .map(|p| {
+                format!(
+                    "{}[{}] processed {:?} hw {:?} {:?} {:?}",
+                    p.topic, p.partition, p.processed_offset, p.high_watermark, p.status, p.reasons
+                )
+            })
+            .collect();
+        panic!(
+            "deadline: burst, {} of {} records handled; {} partitions assigned, {} not at their end: {:#?}\nthe library said: {:#?}",
+            progress.count(),
+            PARTITIONS * records_per_partition(),
+            snap.partitions.len(),
+            behind.len(),
+            &behind[..behind.len().min(20)],
+            MESSAGES.lock().unwrap()
+        );
+    }
+    print_threads(&threads0);
+    // The library logs the assignment after it started every worker: with
+    // 1,000 partitions the burst can be over before that.
+    if !wait_for(Duration::from_secs(10), || ASSIGNED.get().is_some()).await {
+        let snap = health.snapshot();
+        eprintln!(
+            "no assigned event seen within 10 s after the burst: {} partitions assigned, {} rebalances, state {:?}; the library said: {:#?}",
+            snap.partitions.len(),
+            snap.rebalances,
+            snap.state,
+            MESSAGES.lock().unwrap()
+        );
+    }
+    let assigned = ASSIGNED.get().copied();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = support::proc_status_kb("VmRSS");
     let line = burst_line(subscribed, assigned, &progress, rss);
     let stop = Arc::new(AtomicBool::new(false));
     second_member(args, &group, Arc::clone(&stop));
-    wait_until("revoke", || REVOKED_TOOK.get().is_some()).await;
+    let seen = wait_for(REVOKE_DEADLINE, || REVOKED_TOOK.get().is_some()).await;
     stop.store(true, Ordering::Relaxed);
-    let took = REVOKED_TOOK.get().expect("revoke");
+    let Some(took) = REVOKED_TOOK.get().filter(|_| seen) else {
+        eprintln!(
+            "no revoke seen within {REVOKE_DEADLINE:?}; the library said: {:#?}",
+            MESSAGES.lock().unwrap()
+        );
+        return format!("{line} revoke_ms=NaN revoked=0");
+    };
     format!(
         "{line} revoke_ms={:.2} revoked={PARTITIONS}",
         took.as_secs_f64() * 1e3
@@ -424,6 +506,7 @@ async fn burst_fresh(args: &ChildArgs) -> String {
 async fn burst_raw(args: &ChildArgs) -> String {
     let progress = Progress::with_cpu((PARTITIONS * records_per_partition()) as u64);
     let group = unique("scale-burst-raw");
+    let threads0 = thread_cpu_ms();
     let subscribed = Instant::now();
     let c: StreamConsumer<RawCtx> = support::raw_config(&args.bootstrap, &group)
         .create_with_context(RawCtx::default())
@@ -435,16 +518,20 @@ async fn burst_raw(args: &ChildArgs) -> String {
     tokio::time::timeout(DEADLINE, progress.all_done())
         .await
         .expect("deadline: burst");
+    print_threads(&threads0);
     let (assigned, n) = *c.context().assigned.get().expect("assigned");
     assert_eq!(n, PARTITIONS, "raw: partitions assigned");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = support::proc_status_kb("VmRSS");
-    let line = burst_line(subscribed, assigned, &progress, rss);
+    let line = burst_line(subscribed, Some(assigned), &progress, rss);
     let stop = Arc::new(AtomicBool::new(false));
     second_member(args, &group, Arc::clone(&stop));
-    wait_until("revoke", || c.context().revoked.get().is_some()).await;
+    wait_for(REVOKE_DEADLINE, || c.context().revoked.get().is_some()).await;
     stop.store(true, Ordering::Relaxed);
-    let (took, revoked) = *c.context().revoked.get().expect("revoke");
+    let Some(&(took, revoked)) = c.context().revoked.get() else {
+        eprintln!("raw: no revoke seen within {REVOKE_DEADLINE:?}");
+        return format!("{line} revoke_ms=NaN revoked=0");
+    };
     format!(
         "{line} revoke_ms={:.2} revoked={revoked}",
         took.as_secs_f64() * 1e3
@@ -477,6 +564,10 @@ fn run_child(
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("no revoke seen") || stderr.contains("no assigned event") {
+        println!("  child {kind}: {stderr}");
+    }
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
@@ -522,6 +613,9 @@ fn main() {
         env_or("BENCH_SCALE_IDLE_SECS", 30.0)
     };
     let settle: u64 = env_or("BENCH_SCALE_SETTLE_MS", if smoke { 500 } else { 3_000 });
+    // Diagnostic (profiling one side): a subset of the child kinds.
+    let kinds = std::env::var("BENCH_SCALE_KINDS")
+        .unwrap_or_else(|_| "idle_raw idle_fresh burst_raw burst_fresh".into());
     let env = [
         ("BENCH_SCALE_IDLE_SECS", window.to_string()),
         ("BENCH_SCALE_SETTLE_MS", settle.to_string()),
@@ -555,6 +649,9 @@ fn main() {
 
     for round in 0..rounds {
         for kind in ["idle_raw", "idle_fresh", "burst_raw", "burst_fresh"] {
+            if !kinds.split_whitespace().any(|k| k == kind) {
+                continue;
+            }
             let topics = if kind.starts_with("idle") {
                 &idle_topics
             } else {
@@ -563,7 +660,9 @@ fn main() {
             let (f, threads) = run_child(kind, &bootstrap, topics, &env);
             println!("  round {round} {kind:<12} {f:?}");
             if let Some(t) = threads {
-                println!("  round {round} {kind:<12} CPU per thread in the window: {t}");
+                println!(
+                    "  round {round} {kind:<12} CPU per thread (idle: the window; burst: subscribe -> last record): {t}"
+                );
             }
             SAMPLES.lock().unwrap().push((kind, f));
         }
@@ -586,6 +685,7 @@ fn summarize() {
             .iter()
             .filter(|(k, _)| *k == kind)
             .map(|(_, f)| field(f, name))
+            .filter(|v| !v.is_nan())
             .collect()
     };
     // Growth over the child's RSS before its consumer, in kB.
@@ -597,6 +697,9 @@ fn summarize() {
             .collect()
     };
     let show = |v: &[f64], scale: f64, digits: usize| -> String {
+        if v.is_empty() {
+            return "-".into();
+        }
         let (lo, hi) = min_max(v);
         format!(
             "{:.d$} ({:.d$}-{:.d$})",
@@ -627,11 +730,7 @@ fn summarize() {
 
     for (what, raw_kind, fresh_kind) in [
         ("after assignment", "idle_raw", "idle_fresh"),
-        (
-            "after 100 records per partition",
-            "burst_raw",
-            "burst_fresh",
-        ),
+        ("after the burst", "burst_raw", "burst_fresh"),
     ] {
         let r = growth(raw_kind);
         let f = growth(fresh_kind);
