@@ -29,6 +29,11 @@
 //!   non-recording span per attempt), or an always-on sampler and a batch
 //!   span processor to an exporter that discards. The records carry no
 //!   trace headers. Compare them with `fresh_metrics_off`.
+//! - `fresh_key_ordered`: `fresh_metrics_on` with
+//!   `ProcessingOrder::Key { max_in_flight: 64 }` (issue 18, part 4). Every
+//!   record of a partition has its own key here, so every record takes the
+//!   key-ordered path's lane bookkeeping; the paired pass prints its CPU
+//!   time per record over `fresh_metrics_on`'s (target <= 1.2).
 //!
 //! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`
 //! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
@@ -51,6 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::Throughput;
+use fresh_consumer::ProcessingOrder;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::metrics::noop::NoopMeterProvider;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -68,15 +74,17 @@ enum Variant {
     FreshMetricsOff,
     FreshTraceUnsampled,
     FreshTraceSampled,
+    FreshKeyOrdered,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 6] = [
         Variant::Raw,
         Variant::FreshMetricsOn,
         Variant::FreshMetricsOff,
         Variant::FreshTraceUnsampled,
         Variant::FreshTraceSampled,
+        Variant::FreshKeyOrdered,
     ];
 
     fn name(self) -> &'static str {
@@ -86,6 +94,7 @@ impl Variant {
             Variant::FreshMetricsOff => "fresh_metrics_off",
             Variant::FreshTraceUnsampled => "fresh_trace_unsampled",
             Variant::FreshTraceSampled => "fresh_trace_sampled",
+            Variant::FreshKeyOrdered => "fresh_key_ordered",
         }
     }
 }
@@ -102,10 +111,11 @@ impl Setup {
     async fn run(&self, v: Variant) -> (Duration, Duration) {
         let took = match v {
             Variant::Raw => self.raw().await,
-            Variant::FreshMetricsOn => self.fresh(true, None).await,
-            Variant::FreshMetricsOff => self.fresh(false, None).await,
-            Variant::FreshTraceUnsampled => self.fresh(false, Some(false)).await,
-            Variant::FreshTraceSampled => self.fresh(false, Some(true)).await,
+            Variant::FreshMetricsOn => self.fresh(true, None, false).await,
+            Variant::FreshMetricsOff => self.fresh(false, None, false).await,
+            Variant::FreshTraceUnsampled => self.fresh(false, Some(false), false).await,
+            Variant::FreshTraceSampled => self.fresh(false, Some(true), false).await,
+            Variant::FreshKeyOrdered => self.fresh(true, None, true).await,
         };
         assert!(!took.0.is_zero(), "{v:?}: no time measured");
         took
@@ -158,8 +168,13 @@ impl Setup {
     }
 
     /// `trace`: `None` without a tracer provider, else whether spans are
-    /// sampled.
-    async fn fresh(&self, metrics: bool, trace: Option<bool>) -> (Duration, Duration) {
+    /// sampled. `key_ordered`: `ProcessingOrder::Key { max_in_flight: 64 }`.
+    async fn fresh(
+        &self,
+        metrics: bool,
+        trace: Option<bool>,
+        key_ordered: bool,
+    ) -> (Duration, Duration) {
         let progress = Progress::with_cpu(self.total);
         let mut c = support::fresh_consumer(
             Count(Arc::clone(&progress)),
@@ -176,6 +191,9 @@ impl Setup {
         }
         if env_opt("BENCH_FRESH_READ_HEADERS") == Some(0) {
             c = c.read_headers(false);
+        }
+        if key_ordered {
+            c = c.processing_order(ProcessingOrder::Key { max_in_flight: 64 });
         }
         // A provider per run: the group name is an attribute, and a provider
         // shared by every run would grow towards the cardinality limit.
@@ -301,13 +319,19 @@ fn main() {
         let mut ratios_off = Vec::new();
         let mut ratios_unsampled = Vec::new();
         let mut ratios_sampled = Vec::new();
+        let mut key_cpu = Vec::new();
+        let mut key_rate = Vec::new();
         for _ in 0..rounds {
             let mut rate = [0.0; Variant::ALL.len()];
+            let mut cpu = [0.0; Variant::ALL.len()];
             for (i, v) in Variant::ALL.into_iter().enumerate() {
                 let took = rt.block_on(setup.run(v));
                 note(v, total, took);
                 rate[i] = total as f64 / took.0.as_secs_f64();
+                cpu[i] = took.1.as_secs_f64();
             }
+            key_cpu.push(cpu[5] / cpu[1]);
+            key_rate.push(rate[5] / rate[1]);
             ratios_on.push(rate[1] / rate[0]);
             ratios_off.push(rate[2] / rate[0]);
             ratios_unsampled.push(rate[3] / rate[0]);
@@ -330,6 +354,18 @@ fn main() {
             "  per-round ratio to raw, traces (metrics off): always-off sampler {:.2} (min {lo_u:.2}, max {hi_u:.2}); always-on {:.2} (min {lo_s:.2}, max {hi_s:.2}); compare with metrics off",
             median(&ratios_unsampled),
             median(&ratios_sampled)
+        );
+        let (lo_k, hi_k) = min_max(&key_cpu);
+        let (lo_kr, hi_kr) = min_max(&key_rate);
+        println!(
+            "  key-ordered (max_in_flight 64) over partition order, metrics on: CPU per record {:.2} (min {lo_k:.2}, max {hi_k:.2}), target <= 1.20: {}; records/s {:.2} (min {lo_kr:.2}, max {hi_kr:.2})",
+            median(&key_cpu),
+            if median(&key_cpu) <= 1.2 {
+                "met"
+            } else {
+                "NOT met"
+            },
+            median(&key_rate)
         );
     }
     drop(rt);

@@ -10,6 +10,7 @@
 //!     --bootstrap 127.0.0.1:PORT --topic peers-a,peers-b --group g1 --records 400000
 //! cargo run --release --example peer_throughput -- --raw ...       # raw rdkafka baseline
 //! cargo run --release --example peer_throughput -- --raw-otel ...  # raw rdkafka + hand-written age histogram
+//! cargo run --release --example peer_throughput -- --c-api ...     # librdkafka's C API, no Rust wrapper
 //! ```
 //!
 //! `--topic` takes one topic or a comma-separated list. The group must be new
@@ -30,6 +31,14 @@
 //!   way the kafkajs and Python peers do it: a no-op async handler awaited
 //!   inline, then the age in milliseconds recorded into an OpenTelemetry
 //!   histogram with `topic` and `partition` attributes built per record.
+//! - `--c-api` (issue 18, part 1): the plain librdkafka C consumer, through
+//!   `rdkafka-sys` (the same librdkafka build the crate bundles, no
+//!   rust-rdkafka wrapper): an `rd_kafka_consumer_poll` loop (100 ms
+//!   timeout) that only counts and destroys each message, with
+//!   `enable.auto.offset.store` (librdkafka stores each polled offset) and
+//!   `rd_kafka_commit(rk, NULL, async)` every 100 ms; a synchronous commit
+//!   at the end. What a C program would do, so the ceiling of the client
+//!   library itself.
 //!
 //! Every mode sets the same librdkafka properties as the benches, from the
 //! benches' own support module (`benches/support/mod.rs`, `CONSUMER_PROPS`):
@@ -75,6 +84,7 @@ enum Mode {
     Fresh,
     Raw,
     RawOtel,
+    CApi,
 }
 
 impl Mode {
@@ -83,6 +93,7 @@ impl Mode {
             Mode::Fresh => "fresh",
             Mode::Raw => "raw",
             Mode::RawOtel => "raw-otel",
+            Mode::CApi => "c-api",
         }
     }
 
@@ -90,6 +101,7 @@ impl Mode {
         match self {
             Mode::Fresh => "fresh-consumer",
             Mode::Raw | Mode::RawOtel => "rdkafka",
+            Mode::CApi => "librdkafka",
         }
     }
 }
@@ -105,7 +117,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: peer_throughput --bootstrap HOST:PORT --topic T[,T...] --records N \
-                     [--group G] [--raw | --raw-otel] [--timeout-secs S]";
+                     [--group G] [--raw | --raw-otel | --c-api] [--timeout-secs S]";
 
 fn parse_args() -> Result<Args, String> {
     let mut bootstrap = None;
@@ -145,6 +157,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--raw" => mode = Mode::Raw,
             "--raw-otel" => mode = Mode::RawOtel,
+            "--c-api" => mode = Mode::CApi,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -174,6 +187,7 @@ async fn main() -> ExitCode {
     let result = match args.mode {
         Mode::Fresh => fresh(&args).await,
         Mode::Raw | Mode::RawOtel => raw(&args).await,
+        Mode::CApi => c_api(&args),
     };
     match result {
         Ok(Measured {
@@ -334,3 +348,105 @@ async fn raw(args: &Args) -> Result<Measured, Box<dyn Error>> {
 
 /// The handler a wrapper wraps: does nothing, asynchronously.
 async fn noop_handler() {}
+
+/// The plain librdkafka C consumer (`--c-api`): no handler, no metrics, no
+/// Rust wrapper; see the module docs.
+fn c_api(args: &Args) -> Result<Measured, Box<dyn Error>> {
+    use std::ffi::{CStr, CString, c_char};
+    use std::ptr;
+
+    use rdkafka_sys as sys;
+
+    let mut errstr = [0 as c_char; 512];
+    let err_text = |e: &[c_char]| {
+        unsafe { CStr::from_ptr(e.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // SAFETY: plain librdkafka C API use; every handle is created here,
+    // used on this thread only and destroyed before returning.
+    unsafe {
+        let conf = sys::rd_kafka_conf_new();
+        let mut props: Vec<(&str, &str)> = vec![
+            ("bootstrap.servers", &args.bootstrap),
+            ("group.id", &args.group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ];
+        props.extend_from_slice(support::CONSUMER_PROPS);
+        for (k, v) in props {
+            let (k, v) = (CString::new(k)?, CString::new(v)?);
+            let r = sys::rd_kafka_conf_set(
+                conf,
+                k.as_ptr(),
+                v.as_ptr(),
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            if r != sys::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK {
+                sys::rd_kafka_conf_destroy(conf);
+                return Err(err_text(&errstr).into());
+            }
+        }
+        let rk = sys::rd_kafka_new(
+            sys::rd_kafka_type_t::RD_KAFKA_CONSUMER,
+            conf,
+            errstr.as_mut_ptr(),
+            errstr.len(),
+        );
+        if rk.is_null() {
+            return Err(err_text(&errstr).into());
+        }
+        sys::rd_kafka_poll_set_consumer(rk);
+        let list = sys::rd_kafka_topic_partition_list_new(args.topics.len() as i32);
+        let names: Vec<CString> = args
+            .topics
+            .iter()
+            .map(|t| CString::new(t.as_str()))
+            .collect::<Result<_, _>>()?;
+        for t in &names {
+            // RD_KAFKA_PARTITION_UA (-1): any partition (a subscription).
+            sys::rd_kafka_topic_partition_list_add(list, t.as_ptr(), -1);
+        }
+        let e = sys::rd_kafka_subscribe(rk, list);
+        sys::rd_kafka_topic_partition_list_destroy(list);
+        if e != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            sys::rd_kafka_destroy(rk);
+            return Err(format!("subscribe: {e:?}").into());
+        }
+        let deadline = Instant::now() + args.timeout;
+        let mut n = 0u64;
+        let mut commits = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last_commit = Instant::now();
+        while n < args.records && Instant::now() < deadline {
+            let m = sys::rd_kafka_consumer_poll(rk, 100);
+            if m.is_null() {
+                continue;
+            }
+            if (*m).err == sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                n += 1;
+                if now.duration_since(last_commit) >= COMMIT_EVERY {
+                    sys::rd_kafka_commit(rk, ptr::null(), 1);
+                    commits += 1;
+                    last_commit = now;
+                }
+            }
+            sys::rd_kafka_message_destroy(m);
+        }
+        let took = first.map(|f| f.elapsed());
+        sys::rd_kafka_commit(rk, ptr::null(), 0);
+        sys::rd_kafka_consumer_close(rk);
+        sys::rd_kafka_destroy(rk);
+        if n < args.records {
+            return Err(format!("deadline: {n} of {} records", args.records).into());
+        }
+        Ok(Measured {
+            took: took.ok_or("no records")?,
+            ages: None,
+            commits,
+        })
+    }
+}

@@ -24,9 +24,10 @@
 #   PEERS_TOPICS (15)                   topics of 4 partitions each (the mock auto-creates 4)
 #   PEERS_RECORDS_PER_PARTITION (35000) 100 B payload, 8 B key: ~4.2 MB per partition (mock keeps 5 MiB)
 #   PEERS_CLIENTS                       space-separated subset of:
-#       raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
-#       (default: all eight; the -nohist ones are diagnostics: the wrapper
-#       without its histogram record)
+#       c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
+#       (default: all nine; c-api is the plain librdkafka C consumer through
+#       rdkafka-sys, peer_throughput --c-api; the -nohist ones are diagnostics:
+#       the wrapper without its histogram record)
 #   PEERS_TIMEOUT_SECS (600)            per run
 # Output: the table on stdout; the JSON lines, logs and the table under
 # benches/peers/out/<UTC timestamp>/.
@@ -37,7 +38,7 @@ root=$(cd "$here/../.." && pwd)
 rounds=${PEERS_ROUNDS:-3}
 n_topics=${PEERS_TOPICS:-15}
 per_partition=${PEERS_RECORDS_PER_PARTITION:-35000}
-clients=${PEERS_CLIENTS:-raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist}
+clients=${PEERS_CLIENTS:-c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist}
 timeout_secs=${PEERS_TIMEOUT_SECS:-600}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out=$here/out/$stamp
@@ -45,9 +46,13 @@ mkdir -p "$out"
 log() { printf '[peers %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # 1. Dependencies, pinned.
-log "npm ci (benches/peers/kafkajs)"
-(cd "$here/kafkajs" && npm ci --no-audit --no-fund --loglevel=error) >"$out/npm.log" 2>&1 \
-    || { cat "$out/npm.log" >&2; exit 1; }
+# (npm only when a kafkajs client runs; the venv always: produce.py and
+# committed.py use confluent-kafka.)
+if [[ " $clients " == *" kafkajs"* ]]; then
+    log "npm ci (benches/peers/kafkajs)"
+    (cd "$here/kafkajs" && npm ci --no-audit --no-fund --loglevel=error) >"$out/npm.log" 2>&1 \
+        || { cat "$out/npm.log" >&2; exit 1; }
+fi
 if [[ ! -x $here/.venv/bin/python ]]; then
     log "python3 -m venv benches/peers/.venv"
     python3 -m venv "$here/.venv"
@@ -111,6 +116,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 hz=$(getconf CLK_TCK)
 run_client() { # client group
     case $1 in
+        c-api) "$bin/peer_throughput" --c-api --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw) "$bin/peer_throughput" --raw --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw-otel) "$bin/peer_throughput" --raw-otel --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh) "$bin/peer_throughput" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;

@@ -5,7 +5,8 @@
 
 One row per client: median records/s over the rounds, min-max, and the
 median (min-max) of the per-round ratio to the raw rdkafka run of the same
-round, plus the median client and broker CPU seconds and commits per run, and
+round and to the plain librdkafka C consumer (`c-api`) of the same round,
+plus the median client and broker CPU seconds and commits per run, and
 in how many runs the group ended committed to the end of every partition and
 the histogram held one age per record.
 """
@@ -15,6 +16,7 @@ import statistics
 import sys
 
 NAMES = {
+    "c-api": "librdkafka C API (`rd_kafka_consumer_poll`, async commit / 100 ms; the C ceiling)",
     "raw": "rdkafka `StreamConsumer` (raw baseline: no handler, no histogram)",
     "fresh": "fresh-consumer (no-op handler; the library's own instruments)",
     "raw-otel": "rdkafka `StreamConsumer` + hand-written wrapper (no-op handler, OTel histogram)",
@@ -37,25 +39,28 @@ def main() -> int:
         if r["peer"] not in order:
             order.append(r["peer"])
     raw_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "raw"}
+    c_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "c-api"}
     print(
-        "| client | median records/s | min-max | x raw (median of per-round ratios, min-max) "
+        "| client | median records/s | min-max | x raw (median of per-round ratios, min-max) | x C "
         "| client CPU s per run | broker CPU s per run | commits per run | committed to end "
         "| ages recorded = records |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for peer in order:
         rs = [r for r in rows if r["peer"] == peer]
         rates = [r["records_per_s"] for r in rs]
         ratios = [r["records_per_s"] / raw_by_round[r["round"]] for r in rs if r["round"] in raw_by_round]
         ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
+        c_ratios = [r["records_per_s"] / c_by_round[r["round"]] for r in rs if r["round"] in c_by_round]
+        c_ratio = f"{statistics.median(c_ratios):.2f} ({min(c_ratios):.2f}-{max(c_ratios):.2f})" if c_ratios else "-"
         committed = sum(1 for r in rs if r["committed"]["behind"] == 0)
-        if peer == "raw" or peer.endswith("-nohist"):
+        if peer in ("raw", "c-api") or peer.endswith("-nohist"):
             ages = "- (no histogram)"
         else:
             ages = f"{sum(1 for r in rs if r.get('ages_recorded') == r['records'])}/{len(rs)} runs"
         print(
             f"| {NAMES.get(peer, peer)} | {statistics.median(rates):,.0f} | {min(rates):,.0f}-{max(rates):,.0f} "
-            f"| {ratio} | {statistics.median(r['client_cpu_s'] for r in rs):.1f} "
+            f"| {ratio} | {c_ratio} | {statistics.median(r['client_cpu_s'] for r in rs):.1f} "
             f"| {statistics.median(r['broker_cpu_s'] for r in rs):.1f} "
             f"| {statistics.median(r['commits'] for r in rs):,.0f} | {committed}/{len(rs)} runs | {ages} |"
         )

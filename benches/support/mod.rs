@@ -319,6 +319,11 @@ impl Progress {
         self.done.notified().await;
     }
 
+    /// When the first record's handling started, if one did.
+    pub fn first_at(&self) -> Option<Instant> {
+        self.first.get().map(|&(at, _)| at)
+    }
+
     /// Wall time from the first record's start to the target-th's finish.
     pub fn elapsed(&self) -> Duration {
         self.elapsed_and_cpu().0
