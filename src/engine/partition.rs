@@ -1431,11 +1431,11 @@ impl<H: Handler> Worker<H> {
                 r = writer.write(record, origin, &topic, failure, destination, trace_headers) => r,
             };
             match sent {
-                Ok(()) if matches!(to, To::Tier { .. }) => {
-                    let To::Tier { tier, delay } = to else {
-                        unreachable!()
-                    };
-                    self.state.metrics.retry_tier_written(tier, None);
+                Ok(()) => {
+                    match to {
+                        To::Tier { tier, .. } => self.state.metrics.retry_tier_written(tier, None),
+                        To::DeadLetter => self.state.metrics.dead_lettered(None),
+                    }
                     blocked.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
                         // Written, but the partition moved on: its new owner
@@ -1443,44 +1443,36 @@ impl<H: Handler> Worker<H> {
                         self.engine.counters.late_completion();
                         return Done::Late;
                     }
-                    tracing::info!(
-                        topic = %self.state.topic,
-                        partition = self.state.partition,
-                        offset = record.offset(),
-                        attempts = failure.attempts,
-                        error.type = failure.error_type,
-                        retry_topic = %topic,
-                        tier,
-                        retry_in = ?delay,
-                        "record moved to a retry tier; its partition moves on"
-                    );
-                    self.engine.counters.retried.fetch_add(1, Ordering::Relaxed);
-                    self.complete(record.offset());
-                    return Done::Completed { succeeded_at: None };
-                }
-                Ok(()) => {
-                    self.state.metrics.dead_lettered(None);
-                    blocked.unblock();
-                    if self.state.revoked.load(Ordering::Acquire) {
-                        // Parked, but the partition moved on: its new owner
-                        // will handle the record again (at-least-once).
-                        self.engine.counters.late_completion();
-                        return Done::Late;
-                    }
-                    tracing::warn!(
-                        topic = %self.state.topic,
-                        partition = self.state.partition,
-                        offset = record.offset(),
-                        attempts = failure.attempts,
-                        error.type = failure.error_type,
-                        dead_letter_topic = %topic,
-                        retried = !origin.history.is_empty(),
-                        "record dead-lettered after its last attempt"
-                    );
-                    self.engine
-                        .counters
-                        .dead_lettered
-                        .fetch_add(1, Ordering::Relaxed);
+                    let moved = match to {
+                        To::Tier { tier, delay } => {
+                            tracing::info!(
+                                topic = %self.state.topic,
+                                partition = self.state.partition,
+                                offset = record.offset(),
+                                attempts = failure.attempts,
+                                error.type = failure.error_type,
+                                retry_topic = %topic,
+                                tier,
+                                retry_in = ?delay,
+                                "record moved to a retry tier; its partition moves on"
+                            );
+                            &self.engine.counters.retried
+                        }
+                        To::DeadLetter => {
+                            tracing::warn!(
+                                topic = %self.state.topic,
+                                partition = self.state.partition,
+                                offset = record.offset(),
+                                attempts = failure.attempts,
+                                error.type = failure.error_type,
+                                dead_letter_topic = %topic,
+                                retried = !origin.history.is_empty(),
+                                "record dead-lettered after its last attempt"
+                            );
+                            &self.engine.counters.dead_lettered
+                        }
+                    };
+                    moved.fetch_add(1, Ordering::Relaxed);
                     self.complete(record.offset());
                     return Done::Completed { succeeded_at: None };
                 }
