@@ -26,7 +26,7 @@ use crate::metrics::instruments::{AttemptError, PartitionInstruments, PartitionR
 use crate::ordering::{KeyLanes, LaneId, ProcessingOrder};
 use crate::record::EventTime;
 use crate::record::Record;
-use crate::trace::{Outcome, PartitionTrace, RecordTrace};
+use crate::trace::{AttemptSpan, Outcome, PartitionTrace, RecordTrace};
 
 /// A partition's own librdkafka queue (`split_partition_queue`), split
 /// before the partition is assigned.
@@ -1323,50 +1323,42 @@ impl<H: Handler> Worker<H> {
                     return Done::Completed { succeeded_at: None };
                 }
                 Decision::DeadLetter(writer) => {
-                    let origin = origin.clone().unwrap_or_else(|| Origin::of(&record));
-                    let out = Outgoing {
-                        origin: &origin,
-                        failure: &failure,
-                        topic: writer.topic_for(exhausted.source_of(record.topic())),
-                        to: To::DeadLetter,
-                    };
-                    // The dead-letter record continues the process span's trace.
-                    let headers = span.headers();
-                    let done = self
-                        .write_out(writer, &record, out, &mut blocked, &headers)
+                    let topic = writer.topic_for(exhausted.source_of(record.topic()));
+                    return self
+                        .write_failed(
+                            writer,
+                            &record,
+                            &origin,
+                            &failure,
+                            topic,
+                            To::DeadLetter,
+                            span,
+                            &mut blocked,
+                        )
                         .await;
-                    span.end(match done {
-                        Done::Stopped => Outcome::Stopped,
-                        _ => Outcome::DeadLettered,
-                    });
-                    return done;
                 }
                 Decision::RetryTier {
                     writer,
                     tier,
                     delay,
                 } => {
-                    let origin = origin.clone().unwrap_or_else(|| Origin::of(&record));
                     let topic = exhausted
                         .retry_topics()
                         .map(|rt| rt.tier_topic(exhausted.source_of(record.topic()), tier))
                         .unwrap_or_default();
-                    let out = Outgoing {
-                        origin: &origin,
-                        failure: &failure,
-                        topic,
-                        to: To::Tier { tier, delay },
-                    };
-                    // The tier record continues the process span's trace.
-                    let headers = span.headers();
-                    let done = self
-                        .write_out(writer, &record, out, &mut blocked, &headers)
+                    let to = To::Tier { tier, delay };
+                    return self
+                        .write_failed(
+                            writer,
+                            &record,
+                            &origin,
+                            &failure,
+                            topic,
+                            to,
+                            span,
+                            &mut blocked,
+                        )
                         .await;
-                    span.end(match done {
-                        Done::Stopped => Outcome::Stopped,
-                        _ => Outcome::RetryTier,
-                    });
-                    return done;
                 }
                 Decision::Block { storm } => {
                     blocked.block();
@@ -1390,6 +1382,39 @@ impl<H: Handler> Worker<H> {
                 }
             }
         }
+    }
+
+    /// Writes a record whose attempts ran out to `topic` (its dead-letter
+    /// topic or its next retry tier) with [`Self::write_out`], the written
+    /// record continuing the process span's trace, and ends the span with
+    /// the outcome.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_failed(
+        &self,
+        writer: &DeadLetterWriter,
+        record: &Record,
+        origin: &Option<Origin>,
+        failure: &FailureInfo,
+        topic: String,
+        to: To,
+        span: AttemptSpan<'_>,
+        blocked: &mut BlockGuard<'_, H>,
+    ) -> Done {
+        let origin = origin.clone().unwrap_or_else(|| Origin::of(record));
+        let out = Outgoing {
+            origin: &origin,
+            failure,
+            topic,
+            to,
+        };
+        let headers = span.headers();
+        let done = self.write_out(writer, record, out, blocked, &headers).await;
+        span.end(match (&done, to) {
+            (Done::Stopped, _) => Outcome::Stopped,
+            (_, To::DeadLetter) => Outcome::DeadLettered,
+            (_, To::Tier { .. }) => Outcome::RetryTier,
+        });
+        done
     }
 
     /// Writes `record` to its dead-letter topic or its next retry tier,
