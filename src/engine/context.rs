@@ -367,15 +367,21 @@ impl<H: Handler> Ctx<H> {
         let engine = &self.engine;
         engine.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         let mut queues =
-            std::mem::take(&mut *self.queues.lock().unwrap_or_else(|e| e.into_inner()));
+            std::mem::take(&mut *self.queues.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .peekable();
         if engine.assignment.closing.load(Ordering::Acquire) {
             return;
         }
         for e in tpl.elements() {
-            let queue = queues
-                .iter()
-                .position(|((t, p), _)| t == e.topic() && *p == e.partition())
-                .map(|i| queues.swap_remove(i).1);
+            // `split_queues` went through the same list in the same order:
+            // the next queue is this partition's unless its split failed.
+            let queue = match queues.peek() {
+                Some(((t, p), _)) if t == e.topic() && *p == e.partition() => {
+                    queues.next().map(|(_, q)| q)
+                }
+                _ => None,
+            };
             let (state, worker) =
                 PartitionState::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
             if let Some(entry) = plan.and_then(|p| p.entry(e.topic(), e.partition())) {
