@@ -14,7 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::assignment::Assignment;
 use crate::engine::counters::Counters;
-use crate::engine::partition::PartitionState;
+use crate::engine::partition::{CommitQueue, PartitionState};
 use crate::failure::Exhausted;
 use crate::metrics::instruments::{Instruments, kafka_error_name};
 
@@ -22,7 +22,8 @@ use crate::metrics::instruments::{Instruments, kafka_error_name};
 pub(crate) enum CommitCmd {
     /// Commit now (enough records completed since the last commit).
     Now,
-    /// Commit these partitions (all when `None`) and report the result.
+    /// Commit these partitions (every assigned one when `None`) and report
+    /// the result.
     Sync {
         only: Option<Vec<Arc<PartitionState>>>,
         reply: Sender<Result<usize, KafkaError>>,
@@ -39,6 +40,8 @@ pub(crate) struct Committer {
     counters: Arc<Counters>,
     instruments: Instruments,
     tx: Sender<CommitCmd>,
+    /// The partitions with completions since their last commit.
+    pub(crate) queue: CommitQueue,
     /// Records completed since the last commit.
     completed_since_commit: AtomicUsize,
     /// Commit when this many records completed since the last commit.
@@ -58,6 +61,7 @@ impl Committer {
             counters,
             instruments,
             tx,
+            queue: CommitQueue::default(),
             completed_since_commit: AtomicUsize::new(0),
             batch_records,
         }
@@ -77,29 +81,35 @@ impl Committer {
         }
     }
 
-    /// Commits the completed offsets of `only` (or of every assigned
-    /// partition) that are ahead of the last commit. Returns how many
-    /// partitions were committed.
+    /// Commits the completed offsets ahead of the last commit of the
+    /// partitions in `scope`. Returns how many partitions were committed.
     pub(crate) fn commit<C: Consumer<X>, X: ConsumerContext>(
         &self,
         consumer: &C,
-        only: Option<&[Arc<PartitionState>]>,
+        scope: Scope<'_>,
     ) -> Result<usize, KafkaError> {
         let _gate = self
             .assignment
             .commit_gate
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let states = match only {
-            Some(s) => s.to_vec(),
-            None => self.assignment.assigned(),
+        let states = match scope {
+            Scope::Only(s) => s.to_vec(),
+            Scope::All => self.assignment.assigned(),
+            Scope::Completed => self.queue.take(),
         };
         let mut tpl = TopicPartitionList::new();
         let mut entries = Vec::new();
         for s in states {
             if let Some(offset) = s.pending_commit() {
-                tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(offset))?;
                 entries.push((s, offset));
+            }
+        }
+        for (s, offset) in &entries {
+            if let Err(e) = tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(*offset))
+            {
+                self.queue.put_back(entries.into_iter().map(|(s, _)| s));
+                return Err(e);
             }
         }
         // The count that asked for this commit starts again either way: a count
@@ -132,10 +142,22 @@ impl Committer {
                     .commit_failures
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, partitions = entries.len(), ?took, "offset commit failed; the offsets stay pending and are committed again");
+                self.queue.put_back(entries.into_iter().map(|(s, _)| s));
                 Err(e)
             }
         }
     }
+}
+
+/// Which partitions a commit looks at.
+pub(crate) enum Scope<'a> {
+    /// These partitions.
+    Only(&'a [Arc<PartitionState>]),
+    /// Every assigned partition (a revoke without a list, shutdown).
+    All,
+    /// The partitions with completions since their last commit (the
+    /// periodic commit).
+    Completed,
 }
 
 /// Runs the committer loop until [`CommitCmd::Stop`] or every sender is
@@ -156,11 +178,15 @@ pub(crate) fn run<C: Consumer<X>, X: ConsumerContext>(
             Ok(CommitCmd::Now) | Err(RecvTimeoutError::Timeout) => {
                 exhausted.sample(committer.counters.outcomes());
                 committer.instruments.slo_registry().sample();
-                let _ = committer.commit(&*consumer, None);
+                let _ = committer.commit(&*consumer, Scope::Completed);
                 next = Instant::now() + interval;
             }
             Ok(CommitCmd::Sync { only, reply }) => {
-                let r = committer.commit(&*consumer, only.as_deref());
+                let scope = match only.as_deref() {
+                    Some(s) => Scope::Only(s),
+                    None => Scope::All,
+                };
+                let r = committer.commit(&*consumer, scope);
                 let _ = reply.send(r);
             }
         }

@@ -1,7 +1,8 @@
 //! What the engine shows the health evaluation: the [`EngineView`] and
 //! [`PartitionView`] implementations, and the health thread, which
-//! evaluates every 100 ms (so stall clocks and lag samples are exact to
-//! that), restarts partitions whose fetcher librdkafka stopped on an
+//! evaluates the partitions that are not quiet every 100 ms and all of them
+//! once a second (so stall clocks and lag samples are exact to that; see
+//! `health::judge::full_evaluation_every`), restarts partitions whose fetcher librdkafka stopped on an
 //! out-of-range offset, and refreshes the watermarks of partitions that do
 //! not fetch (see [`refresh_watermarks`]).
 
@@ -75,6 +76,10 @@ impl PartitionView for PartitionState {
         Some(self.committed.load(Ordering::Acquire)).filter(|&c| c >= 0)
     }
 
+    fn is_assigned(&self) -> bool {
+        !self.revoked.load(Ordering::Acquire)
+    }
+
     fn waiting_for_due_time(&self) -> bool {
         self.held.load(Ordering::Acquire) > 0
     }
@@ -102,9 +107,10 @@ where
     let (tx, rx) = std::sync::mpsc::channel();
     resets.connect(tx);
     std::thread::Builder::new()
-        .name("fresh-consumer-health".into())
+        .name("fresh-health".into())
         .spawn(move || {
             let mut refreshed_at = Instant::now();
+            let mut full_at = Instant::now();
             loop {
                 match rx.recv_timeout(EVAL_TICK) {
                     Ok(request) => {
@@ -130,7 +136,13 @@ where
                     refreshed_at = Instant::now();
                     refresh_watermarks(&*c, &assignment, every);
                 }
-                let _ = health.evaluate();
+                let full = health
+                    .full_evaluation_every()
+                    .is_none_or(|every| full_at.elapsed() >= every);
+                if full {
+                    full_at = Instant::now();
+                }
+                health.tick(full);
             }
         })
         .map(|_| ())

@@ -252,7 +252,7 @@ where
         let exhausted = Arc::clone(&engine.exhausted);
         let interval = settings.commit_interval;
         std::thread::Builder::new()
-            .name("fresh-consumer-commit".into())
+            .name("fresh-commit".into())
             .spawn(move || commit::run(consumer, committer, exhausted, commit_rx, interval))
             .map_err(thread_error)?
     };

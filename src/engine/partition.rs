@@ -234,6 +234,14 @@ const SEEK_ATTEMPTS: u32 = 5;
 /// worker, already tracked as delivered.
 const READ_BATCH: usize = 64;
 
+/// What a client re-polling every [`IDLE_POLL_TICK`] would have recorded for
+/// the poll that returned after a wait of `waited`: the wait's last
+/// fraction of a tick (all of it when shorter than a tick).
+fn since_last_tick(waited: Duration) -> Duration {
+    let tick = IDLE_POLL_TICK.as_nanos();
+    Duration::from_nanos((waited.as_nanos() % tick) as u64)
+}
+
 /// A partition's worker, created but not running yet.
 pub(crate) struct PendingWorker {
     runtime: tokio::runtime::Handle,
@@ -309,6 +317,9 @@ pub(crate) struct PartitionState {
     /// The last offset this member committed for the partition (the next
     /// offset to read), or [`NO_OFFSET`].
     pub(crate) committed: AtomicI64,
+    /// The partition is on the committer's list of partitions with
+    /// completions since its last commit (see [`PartitionState::completed`]).
+    pub(crate) commit_queued: AtomicBool,
     /// Set once the partition is revoked, lost or closed: nothing is committed
     /// for it any more, and a late completion is dropped.
     pub(crate) revoked: AtomicBool,
@@ -377,6 +388,7 @@ impl PartitionState {
             partition,
             tracker: Mutex::new(OffsetTracker::default()),
             committed: AtomicI64::new(NO_OFFSET),
+            commit_queued: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
             stop: engine.shutdown.child_token(),
             tx,
@@ -418,6 +430,24 @@ impl PartitionState {
         }
     }
 
+    /// Marks `offset` completed in the tracker; when the committable offset
+    /// advanced, puts the partition on the committer's list (once until
+    /// the committer takes it), so periodic commits visit only partitions
+    /// with something new.
+    pub(crate) fn completed(self: &Arc<Self>, offset: i64, queue: &CommitQueue) {
+        let advanced = self
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .completed(offset);
+        if advanced
+            && !self.commit_queued.load(Ordering::Relaxed)
+            && !self.commit_queued.swap(true, Ordering::AcqRel)
+        {
+            queue.push(Arc::clone(self));
+        }
+    }
+
     /// The offset to commit if it is ahead of the last commit.
     pub(crate) fn pending_commit(&self) -> Option<i64> {
         if self.revoked.load(Ordering::Acquire) {
@@ -429,6 +459,41 @@ impl PartitionState {
             .unwrap_or_else(|e| e.into_inner())
             .committable()?;
         (c > self.committed.load(Ordering::Acquire)).then_some(c)
+    }
+}
+
+/// The partitions whose committable offset advanced since the committer
+/// last took them: what a periodic commit visits, instead of every
+/// assigned partition (at 1,000 idle partitions the walk cost more than
+/// everything else the committer does). A partition is on it at most once
+/// ([`PartitionState::commit_queued`]).
+#[derive(Default)]
+pub(crate) struct CommitQueue(Mutex<Vec<Arc<PartitionState>>>);
+
+impl CommitQueue {
+    fn push(&self, state: Arc<PartitionState>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(state);
+    }
+
+    /// Takes the list. Each partition taken is off the list again (a
+    /// completion after this puts it back), so the caller must read its
+    /// pending commit after this returns.
+    pub(crate) fn take(&self) -> Vec<Arc<PartitionState>> {
+        let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for s in &taken {
+            s.commit_queued.store(false, Ordering::Release);
+        }
+        taken
+    }
+
+    /// Puts back partitions whose commit failed (unless a completion since
+    /// put them back already).
+    pub(crate) fn put_back(&self, states: impl IntoIterator<Item = Arc<PartitionState>>) {
+        for s in states {
+            if !s.commit_queued.swap(true, Ordering::AcqRel) {
+                self.push(s);
+            }
+        }
     }
 }
 
@@ -667,21 +732,21 @@ impl<H: Handler> Worker<H> {
                     return Some(r);
                 }
                 // A poll (`messaging.client.operation.duration`): from here
-                // to a record in hand, re-polled every `IDLE_POLL_TICK`
-                // while the queue stays empty (an empty poll, not
-                // recorded), as a client polling with a timeout would.
+                // to a record in hand, counted as re-polled every
+                // `IDLE_POLL_TICK` while the queue stays empty (an empty
+                // poll, not recorded), as a client polling with a timeout
+                // would be. The worker does not wake for those empty polls
+                // (1,000 idle partitions would cost 1,000 timer wake-ups a
+                // second): the poll that returns is the wait's last
+                // fraction of a tick (`since_last_tick`).
                 let mut started = Instant::now();
                 loop {
-                    let m = match tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()).await {
-                        Ok(m) => m?,
-                        Err(_empty) => {
-                            started = Instant::now();
-                            continue;
-                        }
-                    };
+                    let m = q.stream.next().await?;
                     if let Some(r) = self.accept(m, q.handle, q.started, &mut q.unreadable) {
                         q.started = true;
-                        self.state.metrics.polled(started.elapsed());
+                        self.state
+                            .metrics
+                            .polled(since_last_tick(started.elapsed()));
                         return Some(r);
                     }
                     // An error event, or a record delivered before: that
@@ -1241,11 +1306,7 @@ impl<H: Handler> Worker<H> {
                         ended,
                     );
                     self.state.health.succeeded(ended);
-                    self.state
-                        .tracker
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .completed(offset);
+                    self.state.completed(offset, &self.engine.committer.queue);
                     // Counted in the shared counters in bulk (`flush_counts`):
                     // atomics shared by every worker are costly per record.
                     self.unflushed.fetch_add(1, Ordering::Relaxed);
@@ -1535,11 +1596,7 @@ impl<H: Handler> Worker<H> {
     /// Marks `offset` completed: parked or given up (a success is counted
     /// in bulk, see `flush_counts`).
     fn complete(&self, offset: i64) {
-        self.state
-            .tracker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .completed(offset);
+        self.state.completed(offset, &self.engine.committer.queue);
         self.engine.committer.records_completed(1);
     }
 
@@ -1708,4 +1765,19 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_owned());
     format!("handler panicked: {msg}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_after_a_long_wait_is_the_last_fraction_of_a_tick() {
+        let ms = Duration::from_millis;
+        assert_eq!(since_last_tick(ms(0)), ms(0));
+        assert_eq!(since_last_tick(ms(250)), ms(250));
+        assert_eq!(since_last_tick(ms(999)), ms(999));
+        assert_eq!(since_last_tick(ms(1_000)), ms(0));
+        assert_eq!(since_last_tick(ms(3_400)), ms(400));
+    }
 }

@@ -542,7 +542,7 @@ impl<H: Handler> PollLoop<H> {
         drop(self.slots);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let closer = std::thread::Builder::new()
-            .name("fresh-consumer-close".into())
+            .name("fresh-close".into())
             .spawn(move || {
                 let _ = committer.join();
                 drop(consumer);

@@ -88,7 +88,7 @@ pub(crate) fn spawn(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let check = (threshold / 20).clamp(Duration::from_millis(5), Duration::from_millis(250));
     std::thread::Builder::new()
-        .name("fresh-consumer-watchdog".into())
+        .name("fresh-watchdog".into())
         .spawn(move || {
             while !stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(check);

@@ -13,14 +13,16 @@ use opentelemetry::metrics::Meter;
 
 use crate::error::ConfigError;
 use crate::health::gauges::{HealthInstruments, Observed};
-use crate::health::judge::{Evaluated, Track, evaluate_one, noise_allowance};
+use crate::health::judge::{
+    Evaluated, Track, evaluate_one, full_evaluation_every, noise_allowance,
+};
 use crate::health::partition::{AnomalyKind, lock};
 use crate::health::report::*;
 use crate::health::thresholds::{
     DEFAULT_REPORT_EVENTS_FOR, DEFAULT_STATISTICS_INTERVAL, HealthConfig, HealthThresholds,
     NewPartitionStart, RetentionOverrunPolicy,
 };
-use crate::health::view::EngineView;
+use crate::health::view::{EngineView, PartitionView};
 use crate::metrics::OFFSET_RESET_REASON;
 use rdkafka::config::ClientConfig;
 
@@ -197,6 +199,10 @@ pub(crate) struct HealthHub {
     /// Per topic-partition evaluation state, kept across re-assignments of
     /// the same partition to this member.
     tracks: Mutex<HashMap<(Arc<str>, i32), Track>>,
+    /// The partitions the health thread's last evaluation found not quiet:
+    /// what it evaluates between full evaluations (see [`Self::tick`]).
+    /// Weak: the list never keeps a partition's state alive.
+    busy: Mutex<Vec<Weak<dyn PartitionView>>>,
     member_id: Mutex<Option<String>>,
     member_id_changes: AtomicU64,
     rebalances: [AtomicU64; 3],
@@ -224,6 +230,7 @@ impl HealthHub {
             run: OnceLock::new(),
             instruments: OnceLock::new(),
             tracks: Mutex::new(HashMap::new()),
+            busy: Mutex::new(Vec::new()),
             member_id: Mutex::new(None),
             member_id_changes: AtomicU64::new(0),
             rebalances: Default::default(),
@@ -362,6 +369,50 @@ impl HealthHub {
         i.resets.add(1, &attrs);
     }
 
+    /// The health thread's evaluation: every assigned partition when
+    /// `full`, else only those that were not quiet at their last
+    /// evaluation (see [`full_evaluation_every`]). Keeps the stall clocks
+    /// and lag samples current between reports.
+    pub(crate) fn tick(&self, full: bool) {
+        let (Some(engine), Some(run)) = (self.engine(), self.run.get()) else {
+            return;
+        };
+        let t = &run.config.thresholds;
+        let noise = noise_allowance(run.config.commit_interval, run.config.statistics_interval);
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut tracks = lock(&self.tracks);
+        let mut busy = lock(&self.busy);
+        let views = if full {
+            engine.partitions()
+        } else {
+            busy.iter().filter_map(Weak::upgrade).collect()
+        };
+        busy.clear();
+        for view in views {
+            // Revoked since the last full evaluation: its history is the
+            // next assignment's.
+            if !full && !view.is_assigned() {
+                continue;
+            }
+            if !evaluate_one(&mut tracks, Arc::clone(&view), now, wall, t, noise).is_quiet() {
+                busy.push(Arc::downgrade(&view));
+            }
+        }
+        if full {
+            let keep = 2 * t.stall_after.max(t.report_events_for);
+            tracks.retain(|_, tr| now.saturating_duration_since(tr.last_seen) < keep);
+        }
+    }
+
+    /// How often [`tick`](Self::tick) evaluates every partition; `None`
+    /// before the run.
+    pub(crate) fn full_evaluation_every(&self) -> Option<Duration> {
+        self.run
+            .get()
+            .map(|r| full_evaluation_every(r.config.thresholds.stall_after))
+    }
+
     /// Evaluates every assigned partition now.
     pub(crate) fn evaluate(&self) -> Vec<Evaluated> {
         let (Some(engine), Some(run)) = (self.engine(), self.run.get()) else {
@@ -478,5 +529,148 @@ impl Observed for HealthHub {
 
     fn assignment_size(&self) -> Option<usize> {
         HealthHub::assignment_size(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::partition::PartitionHealth;
+    use crate::health::thresholds::NewPartitionStart;
+    use crate::health::view::Progress;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A partition whose committed offset is 10 and whose readable end the
+    /// test sets; counts how often the health code read its progress.
+    struct Fake {
+        topic: Arc<str>,
+        partition: i32,
+        health: PartitionHealth,
+        reads: AtomicUsize,
+        assigned: AtomicBool,
+    }
+
+    impl Fake {
+        fn new(partition: i32, end: i64) -> Arc<Fake> {
+            let f = Fake {
+                topic: Arc::from("t"),
+                partition,
+                health: PartitionHealth::new(Instant::now()),
+                reads: AtomicUsize::new(0),
+                assigned: AtomicBool::new(true),
+            };
+            f.set_end(end);
+            Arc::new(f)
+        }
+
+        fn set_end(&self, end: i64) {
+            lock(&self.health.stats).update(Instant::now(), 0, end, end, 10, false);
+        }
+
+        fn reads(&self) -> usize {
+            self.reads.load(Ordering::Relaxed)
+        }
+    }
+
+    impl PartitionView for Fake {
+        fn topic(&self) -> &Arc<str> {
+            &self.topic
+        }
+        fn partition(&self) -> i32 {
+            self.partition
+        }
+        fn health(&self) -> &PartitionHealth {
+            &self.health
+        }
+        fn attributes(&self) -> &[KeyValue] {
+            &[]
+        }
+        fn progress(&self) -> Progress {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            Progress {
+                position: Some(10),
+                head: None,
+                completed: Some(10),
+            }
+        }
+        fn committed(&self) -> Option<i64> {
+            Some(10)
+        }
+        fn blocked_since_ms(&self) -> Option<i64> {
+            None
+        }
+        fn is_assigned(&self) -> bool {
+            self.assigned.load(Ordering::Relaxed)
+        }
+    }
+
+    struct FakeEngine(Vec<Arc<Fake>>);
+
+    impl EngineView for FakeEngine {
+        fn partitions(&self) -> Vec<Arc<dyn PartitionView>> {
+            self.0
+                .iter()
+                .filter(|f| f.is_assigned())
+                .map(|f| Arc::clone(f) as Arc<dyn PartitionView>)
+                .collect()
+        }
+        fn assignment_size(&self) -> usize {
+            self.0.len()
+        }
+        fn poll_gap(&self) -> Option<Duration> {
+            None
+        }
+    }
+
+    #[test]
+    fn between_full_evaluations_only_partitions_that_were_not_quiet_are_evaluated() {
+        // Partition 0 is caught up (end = committed = 10); partition 1 has
+        // 5 records waiting (end 15).
+        let (caught_up, behind) = (Fake::new(0, 10), Fake::new(1, 15));
+        let engine: Arc<dyn EngineView> = Arc::new(FakeEngine(vec![
+            Arc::clone(&caught_up),
+            Arc::clone(&behind),
+        ]));
+        let hub = HealthHub::new();
+        hub.start(
+            Arc::downgrade(&engine),
+            HealthConfig {
+                thresholds: HealthThresholds::default(),
+                retention_policy: RetentionOverrunPolicy::default(),
+                new_partitions: NewPartitionStart::Earliest,
+                statistics_interval: Some(Duration::from_secs(1)),
+                commit_interval: Duration::from_secs(1),
+                read_committed: true,
+            },
+            Duration::from_secs(150),
+            Duration::from_secs(300),
+        );
+        assert_eq!(hub.full_evaluation_every(), Some(Duration::from_secs(1)));
+        hub.tick(true);
+        assert_eq!((caught_up.reads(), behind.reads()), (1, 1));
+        for _ in 0..9 {
+            hub.tick(false);
+        }
+        assert_eq!(
+            (caught_up.reads(), behind.reads()),
+            (1, 10),
+            "the caught-up partition waits for the next full evaluation"
+        );
+        // Records arrive on the quiet partition: seen at the next full
+        // evaluation, and from then on at every tick.
+        caught_up.set_end(12);
+        hub.tick(false);
+        assert_eq!(caught_up.reads(), 1);
+        hub.tick(true);
+        hub.tick(false);
+        assert_eq!((caught_up.reads(), behind.reads()), (3, 13));
+        // A partition revoked between full evaluations is not evaluated
+        // again (its history belongs to its next assignment).
+        behind.assigned.store(false, Ordering::Relaxed);
+        hub.tick(false);
+        assert_eq!(behind.reads(), 13);
+        // Evaluating for a report reads every partition.
+        let _ = hub.evaluate();
+        assert_eq!(caught_up.reads(), 5);
     }
 }

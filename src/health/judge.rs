@@ -11,8 +11,24 @@ use crate::health::thresholds::HealthThresholds;
 use crate::health::view::{PartitionView, Progress};
 use crate::record::unix_ms;
 
-/// How often the health thread evaluates the partitions.
+/// How often the health thread evaluates the partitions that were not
+/// quiet at their last evaluation.
 pub(crate) const EVAL_TICK: Duration = Duration::from_millis(100);
+
+/// How often the health thread evaluates every partition, the quiet ones
+/// too: a tenth of `stall_after`, between [`EVAL_TICK`] and 1 s.
+///
+/// A partition is quiet when its last evaluation found it caught up (lag 0:
+/// committed at the readable end: nothing waits, nothing is uncommitted)
+/// and `ok` with no reason. A quiet partition that receives records is seen at the next
+/// full evaluation, so its stall clock starts up to this much late: a
+/// stall that starts from caught-up is reported up to a tenth of
+/// `stall_after` (at most 1 s) after `stall_after`, never earlier. At 1,000
+/// idle partitions this keeps the health thread near 0.2 % of a core
+/// instead of 1.3 % (`benches/scale.rs`).
+pub(crate) fn full_evaluation_every(stall_after: Duration) -> Duration {
+    (stall_after / 10).clamp(EVAL_TICK, Duration::from_secs(1))
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Sample {
@@ -431,6 +447,13 @@ fn status_with(status: PartitionStatus, reasons: &[HealthReason]) -> PartitionSt
 }
 
 impl Evaluated {
+    /// Caught up (lag 0: committed at the readable end, so nothing waits
+    /// and nothing is uncommitted) and `ok` with no reason: see
+    /// [`full_evaluation_every`].
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.status == PartitionStatus::Ok && self.reasons.is_empty() && self.judged.lag == Some(0)
+    }
+
     fn reasons(&self, t: &HealthThresholds, now: Instant) -> Vec<HealthReason> {
         let mut out = Vec::new();
         let j = &self.judged;

@@ -44,6 +44,10 @@ pub(crate) trait PartitionView: Send + Sync {
     /// attempts ran out blocks the partition, if one does.
     fn blocked_since_ms(&self) -> Option<i64>;
 
+    /// Whether the partition is still assigned to this member (`false`
+    /// once revoked, lost or closed).
+    fn is_assigned(&self) -> bool;
+
     /// Whether the head of the line waits for its due time (a record of a
     /// retry tier, `OnExhausted::RetryTopics`): waiting is what the
     /// partition is meant to do, not a stall.

@@ -23,7 +23,7 @@ pub(crate) async fn off_thread(
 ) -> bool {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
-        .name("fresh-consumer-flush".into())
+        .name("fresh-flush".into())
         .spawn(move || {
             let _ = tx.send(work());
         });
