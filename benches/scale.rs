@@ -69,7 +69,6 @@ use rdkafka::consumer::{
 };
 use rdkafka::{ClientContext, Message as _};
 use tracing::field::{Field, Visit};
-use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::{Context, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -110,12 +109,15 @@ fn child(kind: &str) {
     };
     if kind.ends_with("fresh") {
         tracing_subscriber::registry()
+            // A global filter: with the same `Targets` as a per-layer filter
+            // (`Capture.with_filter(..)`) the "partitions assigned" event
+            // reached the layer in 1 of 5 runs (tracing-subscriber 0.3's
+            // per-layer filter state; every other event arrived).
             .with(
-                Capture.with_filter(
-                    tracing_subscriber::filter::Targets::new()
-                        .with_target("fresh_consumer", tracing::Level::INFO),
-                ),
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("fresh_consumer", tracing::Level::INFO),
             )
+            .with(Capture)
             .init();
     }
     let rt = support::runtime();
@@ -135,6 +137,9 @@ fn child(kind: &str) {
 
 /// What the library's log events tell (FreshConsumer children only).
 static ASSIGNED: OnceLock<Instant> = OnceLock::new();
+/// The `took` of the library's "partitions assigned" event: its own part of
+/// the rebalance callback (plan, assign, start 1,000 workers).
+static ASSIGN_TOOK: OnceLock<Duration> = OnceLock::new();
 static REVOKED_TOOK: OnceLock<Duration> = OnceLock::new();
 /// The library's INFO and WARN messages, printed when a revoke is not seen.
 static MESSAGES: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -173,6 +178,9 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
         }
         if f.message == "partitions assigned" {
             ASSIGNED.get_or_init(Instant::now);
+            if let Some(took) = parse_debug_duration(&f.took) {
+                let _ = ASSIGN_TOOK.set(took);
+            }
         } else if f.message.starts_with("partitions revoked")
             && let Some(took) = parse_debug_duration(&f.took)
         {
@@ -485,7 +493,13 @@ async fn burst_fresh(args: &ChildArgs) -> String {
     let assigned = ASSIGNED.get().copied();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = support::proc_status_kb("VmRSS");
-    let line = burst_line(subscribed, assigned, &progress, rss);
+    let line = format!(
+        "{} assign_took_ms={:.1}",
+        burst_line(subscribed, assigned, &progress, rss),
+        ASSIGN_TOOK
+            .get()
+            .map_or(f64::NAN, |t| t.as_secs_f64() * 1e3)
+    );
     let stop = Arc::new(AtomicBool::new(false));
     second_member(args, &group, Arc::clone(&stop));
     let seen = wait_for(REVOKE_DEADLINE, || REVOKED_TOOK.get().is_some()).await;
@@ -784,6 +798,10 @@ fn summarize() {
             show(&col("burst_fresh", name), 1.0, 1)
         );
     }
+    println!(
+        "  fresh: the library's part of the assign callback (the event's `took`: plan, assign, start 1,000 workers), ms: {}",
+        show(&col("burst_fresh", "assign_took_ms"), 1.0, 1)
+    );
     let revoked = col("burst_raw", "revoked");
     println!("  partitions in raw's revoke: {revoked:?}");
 }

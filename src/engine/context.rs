@@ -29,7 +29,7 @@ pub(crate) struct Ctx<H: Handler> {
     /// assigned partition's queue off the main queue.
     pub(crate) consumer: OnceLock<Weak<StreamConsumer<Ctx<H>>>>,
     /// Partition queues split for the assignment being applied, until its
-    /// workers take them. Never kept past `on_assign`: a split queue holds
+    /// workers take them. Never kept past `start_workers`: a split queue holds
     /// the consumer, and the consumer holds this context.
     pub(crate) queues: Mutex<Vec<SplitFor<H>>>,
     /// Secret property values (and parts of them) that librdkafka's log
@@ -124,6 +124,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
         );
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let started = Instant::now();
                 let plan = if self.engine.assignment.closing.load(Ordering::Acquire) {
                     None
                 } else {
@@ -137,6 +138,10 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 {
                     self.split_queues(tpl);
                 }
+                // Workers start before librdkafka fetches: records find
+                // their worker waiting, instead of arriving while 1,000
+                // workers start (tens of milliseconds, `benches/scale.rs`).
+                self.start_workers(tpl, plan.as_ref());
                 let assigned = {
                     // librdkafka queues its resume of the partitions it
                     // paused for this rebalance inside the call: no worker's
@@ -152,7 +157,22 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     tracing::warn!(error = %e, partitions = %describe(tpl), "assigning partitions failed");
                 }
                 health.rebalance(RebalanceKind::Assigned);
-                self.on_assign(consumer, tpl, plan.as_ref());
+                self.engine
+                    .counters
+                    .rebalances
+                    .fetch_add(1, Ordering::Relaxed);
+                if !self.engine.assignment.closing.load(Ordering::Acquire) {
+                    // A partition paused before a revoke must not stay
+                    // paused now.
+                    if let Err(e) = consumer.resume(tpl) {
+                        tracing::debug!(error = %e, "resume after assignment");
+                    }
+                    // `took`: the library's part of the rebalance (reading
+                    // committed offsets and watermarks, starting a worker
+                    // per partition, assigning).
+                    let took = started.elapsed();
+                    tracing::info!(partitions = %describe(tpl), count = tpl.count(), ?took, "partitions assigned");
+                }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let lost = consumer.assignment_lost();
@@ -232,14 +252,15 @@ impl<H: Handler> Ctx<H> {
         let engine = &self.engine;
         engine.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         let states: Vec<Arc<PartitionState>> = {
-            let map = engine.assignment.partitions();
-            tpl.elements()
+            let elements = tpl.elements();
+            let revoked: std::collections::HashSet<(&str, i32)> = elements
                 .iter()
-                .filter_map(|e| {
-                    map.iter()
-                        .find(|((t, p), _)| &**t == e.topic() && *p == e.partition())
-                        .map(|(_, s)| Arc::clone(s))
-                })
+                .map(|e| (e.topic(), e.partition()))
+                .collect();
+            let map = engine.assignment.partitions();
+            map.iter()
+                .filter(|((t, p), _)| revoked.contains(&(&**t, *p)))
+                .map(|(_, s)| Arc::clone(s))
                 .collect()
         };
         if engine.assignment.closing.load(Ordering::Acquire) {
@@ -358,14 +379,11 @@ impl<H: Handler> Ctx<H> {
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = queues;
     }
 
-    fn on_assign(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        tpl: &TopicPartitionList,
-        plan: Option<&Plan>,
-    ) {
+    /// Creates each newly assigned partition's state and starts its worker
+    /// (on the queue `split_queues` split for it, if any), before the
+    /// partitions are handed to librdkafka's assign.
+    fn start_workers(&self, tpl: &TopicPartitionList, plan: Option<&Plan>) {
         let engine = &self.engine;
-        engine.counters.rebalances.fetch_add(1, Ordering::Relaxed);
         let mut queues =
             std::mem::take(&mut *self.queues.lock().unwrap_or_else(|e| e.into_inner()))
                 .into_iter()
@@ -373,7 +391,7 @@ impl<H: Handler> Ctx<H> {
         if engine.assignment.closing.load(Ordering::Acquire) {
             return;
         }
-        for e in tpl.elements() {
+        for (i, e) in tpl.elements().iter().enumerate() {
             // `split_queues` went through the same list in the same order:
             // the next queue is this partition's unless its split failed.
             let queue = match queues.peek() {
@@ -384,7 +402,7 @@ impl<H: Handler> Ctx<H> {
             };
             let (state, worker) =
                 PartitionState::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
-            if let Some(entry) = plan.and_then(|p| p.entry(e.topic(), e.partition())) {
+            if let Some(entry) = plan.and_then(|p| p.entry(i, e.topic(), e.partition())) {
                 state.health.planned(
                     plan.map_or_else(Instant::now, |p| p.at),
                     entry.assign_offset(),
@@ -416,11 +434,6 @@ impl<H: Handler> Ctx<H> {
             engine.assignment.insert(state);
             worker.start();
         }
-        // A partition paused before a revoke must not stay paused now.
-        if let Err(e) = consumer.resume(tpl) {
-            tracing::debug!(error = %e, "resume after assignment");
-        }
-        tracing::info!(partitions = %describe(tpl), "partitions assigned");
     }
 }
 

@@ -25,6 +25,7 @@
 //!    seek).
 
 use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -197,22 +198,20 @@ impl Plan {
         };
         let lows = read(Offset::Beginning);
         let highs = read(Offset::End);
-        let get = |l: &Option<TopicPartitionList>, t: &str, p: i32| -> Option<i64> {
-            match l.as_ref()?.find_partition(t, p)?.offset() {
-                Offset::Offset(o) if o >= 0 => Some(o),
-                _ => None,
-            }
-        };
+        // One pass over each answer: librdkafka's lookup in a list is a
+        // linear search, quadratic over an assignment of 1,000 partitions.
+        let (committed, lows, highs) = (
+            Offsets::of(Some(&committed)),
+            Offsets::of(lows.as_ref()),
+            Offsets::of(highs.as_ref()),
+        );
         let entries = tpl
             .elements()
             .iter()
             .map(|e| {
                 let (t, p) = (e.topic(), e.partition());
-                let c = match committed.find_partition(t, p).map(|x| x.offset()) {
-                    Some(Offset::Offset(o)) if o >= 0 => Some(o),
-                    _ => None,
-                };
-                let (lo, hi) = (get(&lows, t, p), get(&highs, t, p));
+                let c = committed.get(t, p);
+                let (lo, hi) = (lows.get(t, p), highs.get(t, p));
                 PlanEntry {
                     topic: t.to_owned(),
                     partition: p,
@@ -230,18 +229,72 @@ impl Plan {
     }
 
     /// Sets each partition's start in the list handed to librdkafka's assign.
+    ///
+    /// The entries were made from this list, in its order: each is set on
+    /// the element at its index (a search of the list only if the list
+    /// changed since).
     pub(crate) fn apply(&self, tpl: &mut TopicPartitionList) {
-        for e in &self.entries {
-            if let Err(err) = tpl.set_partition_offset(&e.topic, e.partition, e.assign_offset()) {
+        let mut elements = tpl.elements();
+        let mut searched = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let offset = e.assign_offset();
+            let set = match elements.get_mut(i) {
+                Some(el) if el.partition() == e.partition && el.topic() == e.topic => {
+                    el.set_offset(offset)
+                }
+                _ => {
+                    searched.push((e, offset));
+                    continue;
+                }
+            };
+            if let Err(err) = set {
+                tracing::warn!(topic = %e.topic, partition = e.partition, error = %err, "setting a partition's start offset failed");
+            }
+        }
+        drop(elements);
+        for (e, offset) in searched {
+            if let Err(err) = tpl.set_partition_offset(&e.topic, e.partition, offset) {
                 tracing::warn!(topic = %e.topic, partition = e.partition, error = %err, "setting a partition's start offset failed");
             }
         }
     }
 
-    pub(crate) fn entry(&self, topic: &str, partition: i32) -> Option<&PlanEntry> {
-        self.entries
-            .iter()
-            .find(|e| e.partition == partition && e.topic == topic)
+    /// The entry of the `i`th partition of the list the plan was made
+    /// from (searched for if that is not `topic`/`partition`).
+    pub(crate) fn entry(&self, i: usize, topic: &str, partition: i32) -> Option<&PlanEntry> {
+        match self.entries.get(i) {
+            Some(e) if e.partition == partition && e.topic == topic => Some(e),
+            _ => self
+                .entries
+                .iter()
+                .find(|e| e.partition == partition && e.topic == topic),
+        }
+    }
+}
+
+/// The non-negative offsets of a list librdkafka answered, by topic and
+/// partition.
+struct Offsets(HashMap<String, HashMap<i32, i64>>);
+
+impl Offsets {
+    fn of(list: Option<&TopicPartitionList>) -> Self {
+        let mut map: HashMap<String, HashMap<i32, i64>> = HashMap::new();
+        for e in list.map(|l| l.elements()).unwrap_or_default() {
+            if let Offset::Offset(o) = e.offset()
+                && o >= 0
+            {
+                let topic = match map.get_mut(e.topic()) {
+                    Some(t) => t,
+                    None => map.entry(e.topic().to_owned()).or_default(),
+                };
+                topic.insert(e.partition(), o);
+            }
+        }
+        Offsets(map)
+    }
+
+    fn get(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.0.get(topic)?.get(&partition).copied()
     }
 }
 

@@ -1112,6 +1112,7 @@ impl<H: Handler> Worker<H> {
                 // Idle: no record runs, so none waits (a waiting record
                 // always has a running one ahead of it in its lane), and the
                 // buffer is empty. The batch ends here.
+                self.flush_counts();
                 if let Some(start) = k.batch_start.take() {
                     self.state.metrics.batch(start.elapsed());
                 }
@@ -1178,7 +1179,12 @@ impl<H: Handler> Worker<H> {
         k: &mut Keyed,
         (lane, offset, completed): PipelineDone,
     ) -> Option<(LaneId, Record)> {
-        self.flush_counts();
+        // As in partition order: the shared counters every FLUSH_EVERY
+        // records and when the worker goes idle (a failure flushes first
+        // itself), not once per record.
+        if self.unflushed.load(Ordering::Relaxed) >= FLUSH_EVERY {
+            self.flush_counts();
+        }
         if completed {
             k.window.completed(offset);
         } else {

@@ -263,7 +263,9 @@ pub const PARTITION_HEAD_AGE: &str = "fresh_consumer.partition.head.age";
 /// Time the partition has been held up while records wait: since the
 /// committed offset or the processed position last moved, or since
 /// completed records began to wait for a commit, whichever is longer; 0
-/// while the lag is zero. Evaluated every 100 ms.
+/// while the lag is zero. Evaluated every 100 ms (a partition that was
+/// caught up at its last evaluation: every second, see the `health`
+/// module).
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
