@@ -293,6 +293,43 @@ async fn same_key_stays_in_order_and_different_keys_run_concurrently() {
     assert_eq!(summary.committed.get(&tp(&topic)), Some(&100));
 }
 
+/// Handlers that mostly never wait: nine records in ten complete on their
+/// first poll, where the worker finishes them in place and starts the next
+/// record of their lane the same way; every tenth waits 2 ms, so records
+/// queue behind it in its lane and run in place one after another when it
+/// ends. Keys stay in order, nothing is lost or run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_that_never_wait_keep_key_order() {
+    logs::init();
+    const N: usize = 2_000;
+    let (cluster, topic, group) = TestCluster::with_topic("key-instant", 1).await;
+    let keys = random_keys(N, 50);
+    produce_keyed(&cluster, &topic, &keys).await;
+    let probe = Arc::new(Probe::default());
+    let handler = probed(&probe, |r| async move {
+        if r.offset() % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    });
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .processing_order(ProcessingOrder::Key { max_in_flight: 16 }),
+    );
+    wait_until(WAIT, "2,000 records handled", || async {
+        probe.succeeded() == N
+    })
+    .await;
+    wait_committed(&cluster, &group, &topic, N as i64).await;
+    let summary = run.stop().await;
+
+    probe.assert_key_order(&keys);
+    probe.assert_exactly_once(N as i64);
+    assert_eq!(summary.records_succeeded, N as u64);
+    assert_eq!(summary.committed.get(&tp(&topic)), Some(&(N as i64)));
+}
+
 /// A slow record at offset 5 (its own key) while the 29 others, all of
 /// different keys, finish: the committed offset stays at 5 until it
 /// finishes, then jumps to the end.
