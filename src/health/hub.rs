@@ -410,7 +410,7 @@ impl HealthHub {
     pub(crate) fn full_evaluation_every(&self) -> Option<Duration> {
         self.run
             .get()
-            .map(|r| full_evaluation_every(r.config.thresholds.stall_after))
+            .map(|r| full_evaluation_every(&r.config.thresholds))
     }
 
     /// Evaluates every assigned partition now.
@@ -646,6 +646,8 @@ mod tests {
             Duration::from_secs(300),
         );
         assert_eq!(hub.full_evaluation_every(), Some(Duration::from_secs(1)));
+        let short = HealthThresholds::default().with_no_success_after(Duration::from_secs(2));
+        assert_eq!(full_evaluation_every(&short), Duration::from_millis(200));
         hub.tick(true);
         assert_eq!((caught_up.reads(), behind.reads()), (1, 1));
         for _ in 0..9 {

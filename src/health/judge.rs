@@ -16,18 +16,19 @@ use crate::record::unix_ms;
 pub(crate) const EVAL_TICK: Duration = Duration::from_millis(100);
 
 /// How often the health thread evaluates every partition, the quiet ones
-/// too: a tenth of `stall_after`, between [`EVAL_TICK`] and 1 s.
+/// too: a tenth of the shorter of `stall_after` and `no_success_after`,
+/// between [`EVAL_TICK`] and 1 s.
 ///
 /// A partition is quiet when its last evaluation found it caught up (lag 0:
 /// committed at the readable end: nothing waits, nothing is uncommitted)
-/// and `ok` with no reason. A quiet partition that receives records is seen at the next
-/// full evaluation, so its stall clock starts up to this much late: a
-/// stall that starts from caught-up is reported up to a tenth of
-/// `stall_after` (at most 1 s) after `stall_after`, never earlier. At 1,000
-/// idle partitions this keeps the health thread near 0.2 % of a core
-/// instead of 1.3 % (`benches/scale.rs`).
-pub(crate) fn full_evaluation_every(stall_after: Duration) -> Duration {
-    (stall_after / 10).clamp(EVAL_TICK, Duration::from_secs(1))
+/// and `ok` with no reason. A quiet partition that receives records is seen
+/// at the next full evaluation, so its clocks start up to this much late: a
+/// stall (or no success) that starts from caught-up is reported up to a
+/// tenth of its threshold (at most 1 s) after the threshold, never earlier.
+/// At 1,000 idle partitions this keeps the health thread near 0.15 % of a
+/// core instead of 1.2 % (`benches/scale.rs`).
+pub(crate) fn full_evaluation_every(t: &HealthThresholds) -> Duration {
+    (t.stall_after.min(t.no_success_after) / 10).clamp(EVAL_TICK, Duration::from_secs(1))
 }
 
 #[derive(Clone, Copy, Debug)]
