@@ -109,11 +109,10 @@ pub const POLL_INTERVAL_EXCEEDED: &str = "fresh_consumer.poll.interval.exceeded.
 /// several partitions' records). Its duration runs from the start of the
 /// read to the records in hand, waiting for records included, as
 /// OpenTelemetry Java's Kafka instrumentation measures `poll()`. A reader
-/// that finds nothing re-polls every second (an empty poll, not recorded;
-/// a partition worker does not wake for it, it records the wait's last
-/// fraction of a second, what the re-poll would have measured), so a poll
-/// lasts at most about a second: polls near 0 mean records were waiting (a
-/// backlog), polls near 1 s mean the consumer waited for records. Boundaries: [`MESSAGING_DURATION_BOUNDARIES`].
+/// that finds nothing re-polls every second (an empty poll, not recorded),
+/// so a poll lasts at most about a second: polls near 0 mean records were
+/// waiting (a backlog), polls near 1 s mean the consumer waited for
+/// records. Boundaries: [`MESSAGING_DURATION_BOUNDARIES`].
 pub const CLIENT_OPERATION_DURATION: &str = "messaging.client.operation.duration";
 
 /// Succeeded records with no usable event time (no timestamp, a negative
