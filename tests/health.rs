@@ -83,22 +83,6 @@ impl Gate {
     }
 }
 
-async fn watermarks(cluster: &TestCluster, topic: &str, partition: i32) -> (i64, i64) {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let bootstrap = cluster.bootstrap().to_owned();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create()
-            .expect("watermark reader");
-        c.fetch_watermarks(&topic, partition, Duration::from_secs(10))
-            .expect("watermarks")
-    })
-    .await
-    .expect("watermark task")
-}
-
 /// Short thresholds so the tests see the statuses within seconds.
 fn fast_thresholds() -> HealthThresholds {
     HealthThresholds::default()
@@ -581,7 +565,8 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
 // ---------------------------------------------------------------------------
 
 /// The group commits at N = 10, stops; 7 MB more records pass the mock's
-/// 5 MiB per-partition cap, so the log start offset moves past N.
+/// 5 MiB per-partition cap, so the log start offset moves past N (on a real
+/// cluster DeleteRecords moves it as far; see `TestCluster::apply_retention`).
 async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, i64, i64, i64) {
     let topic = cluster.topic(prefix, 2).await;
     let group = unique(&format!("g-{prefix}"));
@@ -589,7 +574,8 @@ async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, 
     cluster.commit_offset(&group, &topic, 0, 10).await;
     cluster.commit_offset(&group, &topic, 1, 10).await;
     cluster.produce_bulk(&topic, 0, 700, 10_000).await;
-    let (lo, hi) = watermarks(cluster, &topic, 0).await;
+    // The mock keeps about 520 records of 10 KB.
+    let (lo, hi) = cluster.apply_retention(&topic, 0, 520).await;
     assert!(
         lo > 10,
         "the log start moved past the committed offset: {lo}"
@@ -605,10 +591,6 @@ async fn overrun_setup(cluster: &TestCluster, prefix: &str) -> (String, String, 
 async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     logs::init();
     let cluster = TestCluster::start();
-    if cluster.mock().is_none() {
-        eprintln!("skipped: needs the mock broker's 5 MiB retention");
-        return;
-    }
     let receiver = OtlpReceiver::start().await;
     let provider = provider_for(&receiver);
     let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun").await;
@@ -690,10 +672,6 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
 async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
     logs::init();
     let cluster = TestCluster::start();
-    if cluster.mock().is_none() {
-        eprintln!("skipped: needs the mock broker's 5 MiB retention");
-        return;
-    }
     let (topic, group, n, lo, hi) = overrun_setup(&cluster, "overrun-fail").await;
     cluster.produce(&topic, 1, "k", "after", None).await;
     let seen = Seen::default();
@@ -762,10 +740,6 @@ async fn a_retention_overrun_with_the_fail_policy_stops_the_partition() {
 async fn falling_behind_retention_while_running_is_detected() {
     logs::init();
     let cluster = TestCluster::start();
-    if cluster.mock().is_none() {
-        eprintln!("skipped: needs the mock broker's 5 MiB retention");
-        return;
-    }
     let topic = cluster.topic("overrun-running", 1).await;
     let group = unique("g-overrun-running");
     // More than the buffer holds (1,000): the partition is paused.
@@ -793,7 +767,7 @@ async fn falling_behind_retention_while_running_is_detected() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     eprintln!("{s}");
     cluster.produce_bulk(&topic, 0, 700, 10_000).await;
-    let (lo, hi) = watermarks(&cluster, &topic, 0).await;
+    let (lo, hi) = cluster.apply_retention(&topic, 0, 520).await;
     gate.open();
     wait_until(WAIT, "consumed to the high watermark", || async {
         seen.of(0).last() == Some(&(hi - 1))

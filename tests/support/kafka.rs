@@ -178,16 +178,33 @@ impl TestCluster {
     }
 
     /// Creates a topic with exactly this name.
+    ///
+    /// On a real cluster the topic keeps its records regardless of their
+    /// timestamps (`retention.ms=-1`): tests produce records stamped years
+    /// ago, and a broker's time retention (7 days by default, judged by the
+    /// largest timestamp of a segment) deletes such a segment at its next
+    /// retention check, before the test reads it (seen on Apache Kafka
+    /// 4.3.1). The mock broker has no time retention.
     pub async fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_with(name, partitions, &[]).await;
+    }
+
+    /// Creates a topic with exactly this name and, on a real cluster, these
+    /// topic configs (`retention.ms=-1` unless `configs` sets it). The mock
+    /// broker takes no topic configs: they are ignored there.
+    pub async fn create_topic_with(&self, name: &str, partitions: i32, configs: &[(&str, &str)]) {
         if let Some(m) = self.mock() {
             m.create_topic(name, partitions, 1).expect("create topic");
             return;
         }
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .create()
-            .expect("admin client");
-        let t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let admin = self.admin();
+        let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        if !configs.iter().any(|(k, _)| *k == "retention.ms") {
+            t = t.set("retention.ms", "-1");
+        }
+        for (k, v) in configs {
+            t = t.set(k, v);
+        }
         let r = admin
             .create_topics([&t], &AdminOptions::new())
             .await
@@ -195,6 +212,68 @@ impl TestCluster {
         for r in r {
             r.expect("topic created");
         }
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client")
+    }
+
+    /// The log start offset and high watermark of one partition.
+    pub async fn watermarks(&self, topic: &str, partition: i32) -> (i64, i64) {
+        let bootstrap = self.bootstrap.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .create()
+                .expect("watermark reader");
+            c.fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                .expect("watermarks")
+        })
+        .await
+        .expect("watermark task")
+    }
+
+    /// Deletes the records of one partition below `before` (DeleteRecords,
+    /// what `kafka-delete-records` sends): the log start offset moves to
+    /// `before`, as retention moves it. Returns the new log start. Real
+    /// clusters only (the mock broker does not implement DeleteRecords).
+    pub async fn delete_records_before(&self, topic: &str, partition: i32, before: i64) -> i64 {
+        assert!(self.real, "the mock broker does not implement DeleteRecords");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(before))
+            .unwrap();
+        let got = self
+            .admin()
+            .delete_records(&tpl, &AdminOptions::new())
+            .await
+            .expect("delete records");
+        let e = got
+            .find_partition(topic, partition)
+            .expect("the partition in the answer");
+        e.error().expect("records deleted");
+        match e.offset() {
+            Offset::Offset(o) => o,
+            other => panic!("DeleteRecords answered {other:?}"),
+        }
+    }
+
+    /// Retention, the same on both brokers: the mock broker keeps at most
+    /// 5 MiB per partition and drops older records as they are produced; on
+    /// a real cluster this deletes the records below `high watermark -
+    /// keep` (DeleteRecords), where `keep` is how many records of the
+    /// test's size the mock keeps (5 MiB / record size). Returns the log
+    /// start offset and high watermark after it.
+    pub async fn apply_retention(&self, topic: &str, partition: i32, keep: i64) -> (i64, i64) {
+        let (lo, hi) = self.watermarks(topic, partition).await;
+        if !self.real || hi - keep <= lo {
+            return (lo, hi);
+        }
+        let lo = self.delete_records_before(topic, partition, hi - keep).await;
+        (lo, hi)
     }
 
     pub fn producer(&self) -> &FutureProducer {
