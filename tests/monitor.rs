@@ -776,7 +776,7 @@ async fn lag_counts_to_the_last_stable_offset_under_read_committed() {
             .await;
     }
     cluster.commit_offset(&group, &topic, 0, 10).await;
-    let producer = in_a_transaction(&cluster, "tx-mon-lso").await;
+    let producer = cluster.in_a_transaction("tx-mon-lso").await;
     let timeout = Duration::from_secs(10);
     for i in 0..5 {
         producer
@@ -856,7 +856,7 @@ async fn an_idle_transactional_partition_is_caught_up_not_dead() {
     }
     let topic = cluster.topic("mon-txn", 1).await;
     let group = unique("g-mon-txn");
-    let producer = in_a_transaction(&cluster, "tx-mon-txn").await;
+    let producer = cluster.in_a_transaction("tx-mon-txn").await;
     let timeout = Duration::from_secs(10);
     for i in 0..10 {
         producer
@@ -907,28 +907,4 @@ async fn an_idle_transactional_partition_is_caught_up_not_dead() {
     assert_eq!(p0.time_lag, Some(Duration::ZERO), "{p0:?}");
     assert_eq!(p0.status, LagStatus::Ok, "{p0:?}");
     assert_eq!(r.groups[0].diagnosis, Diagnosis::Idle, "{:?}", r.groups[0]);
-}
-
-/// A transactional producer (`transactional.id` from `prefix`) with a
-/// transaction begun.
-async fn in_a_transaction(
-    cluster: &TestCluster,
-    prefix: &str,
-) -> rdkafka::producer::FutureProducer {
-    use rdkafka::producer::{FutureProducer, Producer};
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap())
-        .set("transactional.id", unique(prefix))
-        .create()
-        .expect("transactional producer");
-    let timeout = Duration::from_secs(10);
-    let p = producer.clone();
-    tokio::task::spawn_blocking(move || {
-        p.init_transactions(timeout)?;
-        p.begin_transaction()
-    })
-    .await
-    .unwrap()
-    .expect("transaction begun");
-    producer
 }

@@ -224,9 +224,17 @@ async fn a_consumer_keeping_up_is_healthy_for_the_whole_run_and_a_stall_is_still
         &run.health,
         stall_after + WAIT,
         "the hung partition stalls",
+        // The status turns `stall` with the first of its reasons (no
+        // success for `stall_after`, measured from the last success) and
+        // `Stalled` follows within milliseconds (measured from the last
+        // commit): wait for both.
         |s| {
-            s.partition(&topic, HUNG)
-                .is_some_and(|p| p.status == PartitionStatus::Stall)
+            s.partition(&topic, HUNG).is_some_and(|p| {
+                p.status == PartitionStatus::Stall
+                    && p.reasons
+                        .iter()
+                        .any(|r| matches!(r, HealthReason::Stalled { .. }))
+            })
         },
     )
     .await;

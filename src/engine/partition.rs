@@ -129,6 +129,26 @@ impl QueueHandle {
         }
     }
 
+    /// librdkafka's position for the partition: the offset after the last
+    /// message the application took from its queue, moved past transaction
+    /// markers (and records of aborted transactions under `read_committed`)
+    /// it read and dropped (`rd_kafka_position`; local state, no request).
+    /// `None` while librdkafka has none.
+    fn position(&self) -> Option<i64> {
+        let mut tpl = rdkafka::TopicPartitionList::with_capacity(1);
+        tpl.add_partition(&self.topic, self.partition);
+        // SAFETY: the client outlives this handle (see the type's doc); the
+        // call writes the offsets of the list's elements.
+        let err = unsafe { rdkafka::bindings::rd_kafka_position(self.client.as_ptr(), tpl.ptr()) };
+        if err != rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        match tpl.find_partition(&self.topic, self.partition)?.offset() {
+            rdkafka::Offset::Offset(o) if o >= 0 => Some(o),
+            _ => None,
+        }
+    }
+
     /// Records (and other events) waiting in the queue.
     fn len(&self) -> u64 {
         // SAFETY: a live queue handle (destroyed only in `drop`).
@@ -400,6 +420,7 @@ impl PartitionState {
             blocked: AtomicUsize::new(0),
             unflushed: AtomicU64::new(0),
             unflushed_received: AtomicU64::new(0),
+            position_doubtful: AtomicBool::new(false),
             _done: done_tx,
         };
         let start = PendingWorker {
@@ -432,8 +453,15 @@ impl PartitionState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .completed(offset);
-        if advanced
-            && !self.commit_queued.load(Ordering::Relaxed)
+        if advanced {
+            self.queue_commit(queue);
+        }
+    }
+
+    /// Puts the partition on the committer's list, once until the committer
+    /// takes it.
+    pub(crate) fn queue_commit(self: &Arc<Self>, queue: &CommitQueue) {
+        if !self.commit_queued.load(Ordering::Relaxed)
             && !self.commit_queued.swap(true, Ordering::AcqRel)
         {
             queue.push(Arc::clone(self));
@@ -503,6 +531,11 @@ struct Worker<H> {
     /// Records read from the partition's own queue not yet added to the
     /// shared `received` counter.
     unflushed_received: AtomicU64,
+    /// A reposition was needed and librdkafka did not confirm it: its
+    /// position may be past records the worker never took, so it is not
+    /// trusted to pass transaction markers ([`Worker::pass_markers`]) until
+    /// a seek succeeds.
+    position_doubtful: AtomicBool,
     /// Dropped when the worker ends, after every handler call it started.
     _done: std::sync::mpsc::Sender<()>,
 }
@@ -740,6 +773,11 @@ impl<H: Handler> Worker<H> {
                     let m = match tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()).await {
                         Ok(m) => m?,
                         Err(_empty) => {
+                            if let Some(handle) = q.handle
+                                && q.started
+                            {
+                                self.pass_markers(handle);
+                            }
                             started = Instant::now();
                             continue;
                         }
@@ -923,6 +961,39 @@ impl<H: Handler> Worker<H> {
         (u >= next).then_some(u + 1)
     }
 
+    /// Called when the partition's queue stayed empty for a tick: when
+    /// every record taken completed and librdkafka's position is past them,
+    /// the offsets in between hold transaction markers (or, under
+    /// `read_committed`, records of aborted transactions), which no consumer
+    /// receives. The committable offset moves to the position, so an idle
+    /// partition of a transactional topic commits at its end (lag 0) as the
+    /// Java consumer's position-based commit does, instead of one below it
+    /// for ever (a stall). Not while a reposition is unconfirmed.
+    fn pass_markers(&self, handle: &QueueHandle) {
+        if self.position_doubtful.load(Ordering::Relaxed)
+            || self.state.revoked.load(Ordering::Acquire)
+            || handle.len() > 0
+        {
+            return;
+        }
+        let Some(position) = handle.position() else {
+            return;
+        };
+        let passed = {
+            let mut tracker = self.state.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            tracker.pass_to(position)
+        };
+        if passed {
+            tracing::debug!(
+                topic = %self.state.topic,
+                partition = self.state.partition,
+                position,
+                "passed offsets without records (transaction markers)"
+            );
+            self.state.queue_commit(&self.engine.committer.queue);
+        }
+    }
+
     /// Seeks the partition to `offset`, the next record the worker takes,
     /// and makes sure librdkafka served the seek: a seek that librdkafka
     /// dropped as outdated (a rebalance's pause or resume, called in the
@@ -939,6 +1010,7 @@ impl<H: Handler> Worker<H> {
         use rdkafka::types::RDKafkaRespErr as E;
         let stopping =
             || self.state.stop.is_cancelled() || self.state.revoked.load(Ordering::Acquire);
+        self.position_doubtful.store(true, Ordering::Relaxed);
         let seek = || {
             for attempt in 1..=SEEK_ATTEMPTS {
                 if stopping() {
@@ -949,7 +1021,10 @@ impl<H: Handler> Worker<H> {
                     handle.seek(offset)
                 };
                 match result {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        self.position_doubtful.store(false, Ordering::Relaxed);
+                        return;
+                    }
                     Err((E::RD_KAFKA_RESP_ERR__OUTDATED, _)) => {
                         tracing::info!(
                             topic = %self.state.topic,

@@ -2,7 +2,8 @@
 //! use them: per assigned partition the log start offset (`lo_offset`), the
 //! high watermark (`hi_offset`), the last stable offset (`ls_offset`, the
 //! end lag counts to under `read_committed`), librdkafka's committed offset
-//! and fetch state; per group the state and rebalance count.
+//! and fetch state; per group the state and rebalance count; whether any
+//! broker connection is up.
 //!
 //! Freshness: librdkafka emits a report every `statistics.interval.ms`, and
 //! rdkafka hands it over only from inside a poll of the consumer; the poll
@@ -60,6 +61,14 @@ pub(crate) fn ingest(
             stopped.push((state, runs));
         }
     }
+    // Brokers learned from metadata or configured (bootstrap); librdkafka's
+    // internal and logical (coordinator) entries are not connections.
+    let up = statistics
+        .brokers
+        .values()
+        .filter(|b| b.source == "learned" || b.source == "configured")
+        .any(|b| b.state == "UP");
+    health.brokers_reachable(up);
     if let Some(group) = &statistics.cgrp {
         health.group_statistics(&group.state, &group.join_state);
     }

@@ -127,6 +127,22 @@ impl OffsetTracker {
         self.last_delivered().map(|o| o + 1)
     }
 
+    /// Moves the committable offset to `offset`, librdkafka's position,
+    /// when every delivered record completed and the position is past them:
+    /// the offsets in between hold no record this consumer receives
+    /// (transaction commit and abort markers, and under `read_committed`
+    /// the records of aborted transactions). Returns `true` when the
+    /// committable offset advanced; `false` while a delivered record is not
+    /// done, before any record was delivered, or when `offset` is not
+    /// ahead.
+    pub(crate) fn pass_to(&mut self, offset: i64) -> bool {
+        if !self.pending.is_empty() || self.committable.is_none_or(|c| offset <= c) {
+            return false;
+        }
+        self.committable = Some(offset);
+        true
+    }
+
     /// Number of delivered records not yet in the completed prefix.
     pub(crate) fn outstanding(&self) -> usize {
         self.pending.len()
@@ -219,6 +235,27 @@ mod tests {
         t.delivered(1);
         assert_eq!(t.outstanding(), 0);
         assert_eq!(t.committable(), Some(2));
+    }
+
+    #[test]
+    fn a_position_past_markers_is_passed_only_when_everything_completed() {
+        let mut t = OffsetTracker::default();
+        assert!(!t.pass_to(5), "nothing delivered yet");
+        t.delivered(0);
+        t.delivered(1);
+        t.completed(1);
+        assert!(!t.pass_to(5), "record 0 is not done");
+        t.completed(0);
+        assert_eq!(t.committable(), Some(2));
+        assert!(!t.pass_to(2), "not ahead");
+        assert!(t.pass_to(3), "a commit marker at offset 2");
+        assert_eq!(t.committable(), Some(3));
+        assert_eq!(t.position(), Some(3));
+        // The next record after the marker continues the run.
+        assert!(t.delivered(3));
+        assert!(!t.delivered(2), "at or below the position passed");
+        t.completed(3);
+        assert_eq!(t.committable(), Some(4));
     }
 
     #[test]

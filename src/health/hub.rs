@@ -215,6 +215,9 @@ pub(crate) struct HealthHub {
     /// Nanoseconds since `origin` + 1 of the last "max.poll.interval.ms
     /// exceeded"; 0 = never.
     poll_exceeded_at: AtomicU64,
+    /// Nanoseconds since `origin` + 1 of the first statistics report in
+    /// which no broker was up, of the reports since; 0 = a broker is up.
+    brokers_down_at: AtomicU64,
     /// Held by the rebalance callback and by a restart of stopped
     /// partitions: they never interleave.
     assign_lock: Mutex<()>,
@@ -238,6 +241,7 @@ impl HealthHub {
             joined: AtomicBool::new(false),
             started_at: OnceLock::new(),
             poll_exceeded_at: AtomicU64::new(0),
+            brokers_down_at: AtomicU64::new(0),
             assign_lock: Mutex::new(()),
             slo: OnceLock::new(),
         }
@@ -342,6 +346,26 @@ impl HealthHub {
     pub(crate) fn poll_exceeded(&self) {
         let ns = self.origin.elapsed().as_nanos() as u64 + 1;
         self.poll_exceeded_at.store(ns, Ordering::Relaxed);
+    }
+
+    /// Whether a statistics report showed a connection to a broker in
+    /// state `UP`: the first report without one starts the
+    /// [`HealthReason::BrokersUnreachable`] time, a report with one ends it.
+    pub(crate) fn brokers_reachable(&self, up: bool) {
+        if up {
+            if self.brokers_down_at.swap(0, Ordering::Relaxed) != 0 {
+                tracing::info!("a broker is reachable again");
+            }
+        } else if self.brokers_down_at.load(Ordering::Relaxed) == 0 {
+            let ns = self.origin.elapsed().as_nanos() as u64 + 1;
+            if self
+                .brokers_down_at
+                .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                tracing::warn!("no broker is reachable (librdkafka statistics: no connection up)");
+            }
+        }
     }
 
     /// librdkafka's consumer-group state from a statistics report.
@@ -469,6 +493,15 @@ impl HealthHub {
             .config()
             .map(|c| c.thresholds.report_events_for)
             .unwrap_or(DEFAULT_REPORT_EVENTS_FOR);
+        if matches!(state, ConsumerState::Running | ConsumerState::Joining) {
+            match self.brokers_down_at.load(Ordering::Relaxed) {
+                0 => {}
+                ns => reasons.push(HealthReason::BrokersUnreachable {
+                    down_for: now
+                        .saturating_duration_since(self.origin + Duration::from_nanos(ns - 1)),
+                }),
+            }
+        }
         match self.poll_exceeded_at.load(Ordering::Relaxed) {
             0 => {}
             ns => {

@@ -209,6 +209,18 @@ pub enum HealthReason {
         /// How long ago.
         ago: Duration,
     },
+    /// No broker has been reachable for `down_for`: librdkafka's statistics
+    /// reports (every `statistics.interval.ms`, see
+    /// [`FreshConsumer::statistics_interval`](crate::FreshConsumer::statistics_interval))
+    /// showed no connection to a broker in state `UP` since then. Nothing is
+    /// fetched or committed meanwhile; librdkafka reconnects by itself, and
+    /// the reason goes with the first report that shows a broker up again.
+    /// Degraded: restarting the consumer would not help. Not reported with
+    /// statistics off.
+    BrokersUnreachable {
+        /// Since the first report without a broker up.
+        down_for: Duration,
+    },
     /// [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) has not started yet. Degraded.
     NotStarted,
     /// The run started `waited` ago and the member has not joined its group
@@ -256,6 +268,7 @@ impl HealthReason {
             | LagGrowing { .. }
             | Rewound { .. }
             | PollIntervalExceeded { .. }
+            | BrokersUnreachable { .. }
             | NotStarted
             | NotJoined { .. } => HealthStatus::Degraded,
         }
@@ -352,6 +365,9 @@ impl fmt::Display for HealthReason {
                 "max.poll.interval.ms exceeded {} ago; the member rejoined",
                 Secs(*ago)
             ),
+            BrokersUnreachable { down_for } => {
+                write!(f, "no broker reachable for {}", Secs(*down_for))
+            }
             NotStarted => f.write_str("not started"),
             NotJoined { waited } => write!(
                 f,

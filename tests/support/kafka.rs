@@ -242,7 +242,10 @@ impl TestCluster {
     /// `before`, as retention moves it. Returns the new log start. Real
     /// clusters only (the mock broker does not implement DeleteRecords).
     pub async fn delete_records_before(&self, topic: &str, partition: i32, before: i64) -> i64 {
-        assert!(self.real, "the mock broker does not implement DeleteRecords");
+        assert!(
+            self.real,
+            "the mock broker does not implement DeleteRecords"
+        );
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, Offset::Offset(before))
             .unwrap();
@@ -272,7 +275,9 @@ impl TestCluster {
         if !self.real || hi - keep <= lo {
             return (lo, hi);
         }
-        let lo = self.delete_records_before(topic, partition, hi - keep).await;
+        let lo = self
+            .delete_records_before(topic, partition, hi - keep)
+            .await;
         (lo, hi)
     }
 
@@ -553,5 +558,29 @@ impl TestCluster {
             .map_err(|(e, _)| e)
             .expect("produce")
             .offset
+    }
+}
+
+impl TestCluster {
+    /// A transactional producer (`transactional.id` unique from `prefix`)
+    /// with a transaction begun. Real clusters write its records' commit or
+    /// abort markers; the mock broker has a transaction coordinator but
+    /// writes no markers.
+    pub async fn in_a_transaction(&self, prefix: &str) -> FutureProducer {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("transactional.id", unique(prefix))
+            .create()
+            .expect("transactional producer");
+        let timeout = Duration::from_secs(10);
+        let p = producer.clone();
+        tokio::task::spawn_blocking(move || {
+            p.init_transactions(timeout)?;
+            p.begin_transaction()
+        })
+        .await
+        .unwrap()
+        .expect("transaction begun");
+        producer
     }
 }
