@@ -163,7 +163,11 @@ impl<H> FreshConsumer<H> {
     /// (`false`: the path a partition whose queue cannot be split takes
     /// anyway; with a fast handler about half the throughput of split
     /// queues). With `false` the library does not set
-    /// `queued.min.messages` or `fetch.queue.backoff.ms`.
+    /// `queued.min.messages` or `fetch.queue.backoff.ms`, and a partition
+    /// that ends in transaction markers (`read_committed`) keeps a lag of 1
+    /// after its last record: only a split queue's worker commits past
+    /// markers (to librdkafka's position, once every delivered record
+    /// completed and its queue is empty).
     pub fn split_partition_queues(mut self, enabled: bool) -> Self {
         self.settings.split_partition_queues = enabled;
         self
