@@ -361,9 +361,14 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
     let group = unique("g-mon-even");
     cluster.produce_many(&topic, 4, 1_000).await;
     let produced = Instant::now();
+    // On a real cluster the configured count is 4 (a consumer per
+    // partition, so a suggestion would be withheld): the suggestion below
+    // exists only because the group's described member count (1) is used
+    // in its place.
+    let flag = if cluster.is_real() { 4 } else { 1 };
     let run = watch(
         monitor(&cluster, &group, &topic)
-            .current_replicas(1)
+            .current_replicas(flag)
             .drain_target(Duration::from_millis(500)),
     )
     .await;
@@ -386,6 +391,15 @@ async fn consumer_bound_gets_a_suggestion_skewed_does_not() {
     };
     let replicas = replicas.expect("a replica count (current_replicas was given)");
     assert!((1..=4).contains(&replicas), "{replicas}");
+    let current = g.members.unwrap_or(flag);
+    let want = (f64::from(current) * throughput_factor)
+        .ceil()
+        .max(f64::from(current))
+        .min(4.0) as u32;
+    assert_eq!(
+        replicas, want,
+        "ceil({current} x {throughput_factor}), capped at 4"
+    );
     // The brokers describe the group's one member (DescribeGroups); the
     // mock broker does not implement it, so there the configured count is
     // used.
