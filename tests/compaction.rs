@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use fresh_consumer::{HealthStatus, HealthThresholds, PartitionStatus};
+use fresh_consumer::HealthThresholds;
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -19,7 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use support::handled::Seen;
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
-use support::run::{start, wait_snapshot};
+use support::run::{assert_caught_up_for, start, wait_snapshot};
 use support::wait::{WAIT, wait_for};
 
 /// Records produced, and keys they cycle through.
@@ -134,18 +134,7 @@ async fn a_committed_offset_in_a_compacted_gap_is_neither_a_stall_nor_a_loss() {
     println!("{s}");
     // Longer than stall_after: ok and healthy, no reason (no retention
     // overrun, no stall).
-    let until = Instant::now() + stall_after * 2;
-    while Instant::now() < until {
-        let s = run.health.snapshot();
-        let p = s.partition(&topic, 0).expect("partition 0");
-        assert_eq!(
-            (p.status, p.lag, s.status),
-            (PartitionStatus::Ok, Some(0), HealthStatus::Healthy),
-            "{s}"
-        );
-        assert!(p.reasons.is_empty(), "{s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_caught_up_for(&run.health, &topic, stall_after * 2).await;
     let summary = run.stop().await;
     assert_eq!(summary.records_received, want.len() as u64);
     assert_eq!(summary.records_unreadable, 0);

@@ -12,14 +12,14 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fresh_consumer::{HealthStatus, HealthThresholds, PartitionStatus};
+use fresh_consumer::HealthThresholds;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::handled::Seen;
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use support::run::{start, wait_snapshot};
+use support::run::{assert_caught_up_for, start, wait_snapshot};
 use support::wait::{WAIT, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,17 +120,7 @@ async fn an_open_transaction_is_not_lag_and_a_commit_marker_is_not_a_stall() {
     .await;
     eprintln!("after the commit marker:\n{s}");
     // Longer than stall_after: still ok, nothing waits.
-    let until = Instant::now() + stall_after * 2;
-    while Instant::now() < until {
-        let s = run.health.snapshot();
-        let p = s.partition(&topic, 0).expect("partition 0");
-        assert_eq!(
-            (p.status, p.lag, s.status),
-            (PartitionStatus::Ok, Some(0), HealthStatus::Healthy),
-            "{s}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_caught_up_for(&run.health, &topic, stall_after * 2).await;
     let summary = run.stop().await;
     assert_eq!(
         summary.committed.values().copied().collect::<Vec<_>>(),

@@ -80,3 +80,25 @@ pub async fn wait_snapshot(
     let probe = || std::future::ready(Report(health.snapshot()));
     wait_for(timeout, what, probe, |r| cond(&r.0)).await.0
 }
+
+/// Asserts that partition 0 of `topic` stays `ok` with lag 0 and the member
+/// healthy (no reason on the partition) for `period`, checking every 100 ms.
+#[allow(dead_code)]
+pub async fn assert_caught_up_for(health: &HealthHandle, topic: &str, period: Duration) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        let s = health.snapshot();
+        let p = s.partition(topic, 0).expect("partition 0");
+        assert_eq!(
+            (p.status, p.lag, s.status),
+            (
+                fresh_consumer::PartitionStatus::Ok,
+                Some(0),
+                fresh_consumer::HealthStatus::Healthy
+            ),
+            "{s}"
+        );
+        assert!(p.reasons.is_empty(), "{s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
