@@ -87,11 +87,18 @@ async fn a_committed_offset_in_a_compacted_gap_is_neither_a_stall_nor_a_loss() {
     }
     let (lo, hi) = cluster.watermarks(&topic, 0).await;
     assert_eq!((lo, hi), (0, RECORDS));
+    // Wait for the end state, not for a first pass: the cleaner may run
+    // again while the consumer reads, and a record that vanishes between
+    // this read and the consumer's is a race in the test, not a loss. The
+    // end state: the last record (alone in the active segment, which the
+    // cleaner never touches) and the latest record of each key below it,
+    // offsets 54 to 59 (measured on Apache Kafka 4.3.1).
+    let compacted: Vec<i64> = (RECORDS - KEYS - 1..RECORDS).collect();
     let kept = wait_for(
         Duration::from_secs(60),
-        "the log cleaner compacted the topic",
+        "the log cleaner compacted the topic to the latest record per key",
         || surviving(&cluster, &topic, hi),
-        |o| o.first().is_some_and(|&first| first > 0) && o.last() == Some(&(hi - 1)),
+        |o| *o == compacted,
     )
     .await;
     let (lo_after, _) = cluster.watermarks(&topic, 0).await;
