@@ -457,6 +457,18 @@ pub(crate) fn resolve<C, X>(
             // In range, and nothing says its fetcher stopped.
             continue;
         }
+        if let Some(Offset::Offset(o)) = d.start
+            && !state
+                .tracker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .can_restart_at(o)
+        {
+            // Below records still in the handler: they complete first
+            // (the fetcher is stopped, nothing new arrives meanwhile).
+            tracing::debug!(topic = %state.topic, partition = state.partition, offset = o, "restart below the position waits for the delivered records to complete");
+            continue;
+        }
         if let Some(kind) = d.anomaly {
             report(
                 hub,
@@ -498,6 +510,13 @@ pub(crate) fn resolve<C, X>(
         // librdkafka resumes the partitions inside these calls: no worker's
         // seek may interleave (see `Assignment::assigning`).
         let _assigning = assignment.assigning();
+        // Before librdkafka fetches from the new offsets: a restart below
+        // the position starts the partition's tracking afresh, or the
+        // records now at those offsets would be ignored as redeliveries
+        // (and committed past, never handled).
+        for (state, offset) in &restarts {
+            state.restart_tracking_at(*offset);
+        }
         match consumer.rebalance_protocol() {
             RebalanceProtocol::Cooperative => restart_incremental(consumer, &restarts),
             _ => restart_eager(consumer, assignment, &restarts),

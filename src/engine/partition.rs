@@ -458,6 +458,28 @@ impl PartitionState {
         }
     }
 
+    /// Starts tracking again at `offset` when it is below the next offset
+    /// to take (see [`OffsetTracker::restart_at`]): the member's last
+    /// commit is forgotten too, so the new log's offsets are committed
+    /// (the group's committed offset then moves down to them: health
+    /// reports the rewind beside the anomaly that caused it).
+    pub(crate) fn restart_tracking_at(&self, offset: i64) {
+        let forgot = self
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .restart_at(offset);
+        if forgot {
+            self.committed.store(NO_OFFSET, Ordering::Release);
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.partition,
+                offset,
+                "the partition restarts below the records already taken: the records from offset {offset} on are new and are handled"
+            );
+        }
+    }
+
     /// Puts the partition on the committer's list, once until the committer
     /// takes it.
     pub(crate) fn queue_commit(self: &Arc<Self>, queue: &CommitQueue) {

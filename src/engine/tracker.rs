@@ -127,6 +127,34 @@ impl OffsetTracker {
         self.last_delivered().map(|o| o + 1)
     }
 
+    /// Whether the partition can start again at `offset` now: always when
+    /// `offset` is not below the next offset to take; below it (the log was
+    /// truncated, or the topic deleted and created again) only once every
+    /// delivered record completed, so no late completion of an old record
+    /// can be taken for the new record at the same offset.
+    pub(crate) fn can_restart_at(&self, offset: i64) -> bool {
+        self.pending.is_empty() || self.position().is_none_or(|p| offset >= p)
+    }
+
+    /// Starts the partition again at `offset`. Below the next offset to
+    /// take, the records delivered so far are forgotten (the committable
+    /// offset too): the records now at those offsets are new and are
+    /// tracked, handled and committed as such, not ignored as
+    /// redeliveries. Returns `true` when it forgot them. Call after
+    /// [`can_restart_at`](Self::can_restart_at).
+    pub(crate) fn restart_at(&mut self, offset: i64) -> bool {
+        if self.position().is_none_or(|p| offset >= p) {
+            return false;
+        }
+        debug_assert!(
+            self.pending.is_empty(),
+            "restart below with records pending"
+        );
+        self.pending.clear();
+        self.committable = None;
+        true
+    }
+
     /// Moves the committable offset to `offset`, librdkafka's position,
     /// when every delivered record completed and the position is past them:
     /// the offsets in between hold no record this consumer receives
@@ -152,6 +180,28 @@ impl OffsetTracker {
 #[cfg(test)]
 mod tests {
     use super::OffsetTracker;
+
+    #[test]
+    fn a_restart_below_the_position_tracks_the_lower_offsets_as_new() {
+        let mut t = OffsetTracker::default();
+        for o in 0..20 {
+            assert!(t.delivered(o));
+        }
+        for o in 0..19 {
+            t.completed(o);
+        }
+        assert!(!t.can_restart_at(0), "record 19 is still pending");
+        assert!(t.can_restart_at(20), "at the position: nothing to forget");
+        t.completed(19);
+        assert!(t.can_restart_at(0));
+        assert!(t.restart_at(0));
+        assert_eq!((t.committable(), t.position()), (None, None));
+        assert!(t.delivered(0), "the new log's record 0 is new");
+        assert!(t.completed(0));
+        assert_eq!(t.committable(), Some(1));
+        assert!(!t.restart_at(1), "at the position: kept");
+        assert_eq!(t.committable(), Some(1));
+    }
 
     #[test]
     fn out_of_order_completion_is_never_committed_past() {

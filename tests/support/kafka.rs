@@ -214,6 +214,31 @@ impl TestCluster {
         }
     }
 
+    /// Creates a topic with this name on a real cluster; `false` while the
+    /// broker refuses (a topic of that name is still being deleted).
+    pub async fn try_create_topic(&self, name: &str, partitions: i32) -> bool {
+        let t =
+            NewTopic::new(name, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1");
+        match self.admin().create_topics([&t], &AdminOptions::new()).await {
+            Ok(r) => r.into_iter().all(|r| r.is_ok()),
+            Err(_) => false,
+        }
+    }
+
+    /// Deletes a topic (real clusters only: the mock broker does not
+    /// implement DeleteTopics) and waits until the broker answered.
+    pub async fn delete_topic(&self, name: &str) {
+        assert!(self.real, "the mock broker does not implement DeleteTopics");
+        let r = self
+            .admin()
+            .delete_topics(&[name], &AdminOptions::new())
+            .await
+            .expect("delete topic");
+        for r in r {
+            r.expect("topic deleted");
+        }
+    }
+
     fn admin(&self) -> AdminClient<DefaultClientContext> {
         ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
