@@ -149,6 +149,27 @@ impl QueueHandle {
         }
     }
 
+    /// The log start offset and high watermark librdkafka last saw for the
+    /// partition (`rd_kafka_get_watermark_offsets`: cached from fetch
+    /// responses and statistics, no request), if known.
+    fn cached_watermarks(&self) -> Option<(i64, i64)> {
+        let topic = std::ffi::CString::new(&*self.topic).ok()?;
+        let (mut lo, mut hi) = (-1i64, -1i64);
+        // SAFETY: the client outlives this handle (see the type's doc); the
+        // call only reads the client's cached partition state.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_get_watermark_offsets(
+                self.client.as_ptr(),
+                topic.as_ptr(),
+                self.partition,
+                &mut lo,
+                &mut hi,
+            )
+        };
+        (err == rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && lo >= 0 && hi >= 0)
+            .then_some((lo, hi))
+    }
+
     /// Records (and other events) waiting in the queue.
     fn len(&self) -> u64 {
         // SAFETY: a live queue handle (destroyed only in `drop`).
@@ -285,6 +306,16 @@ enum Source<'a, C: ConsumerContext + 'static> {
     Queue(SplitSource<'a, C>),
 }
 
+/// The unreadable record batch a worker is passing (see
+/// [`Worker::unreadable`]).
+#[derive(Debug, Default)]
+struct Unreadable {
+    /// The first offset of the last batch counted.
+    batch: Option<i64>,
+    /// The offset the worker last repositioned to past it, if it did.
+    target: Option<i64>,
+}
+
 /// A partition's own queue, as its worker reads it.
 struct SplitSource<'a, C: ConsumerContext + 'static> {
     /// Waits for the queue to fill (librdkafka's queue callback wakes the
@@ -297,10 +328,10 @@ struct SplitSource<'a, C: ConsumerContext + 'static> {
     /// Whether a record was taken: batches are read only from then on (see
     /// [`QueueHandle::read_batch`]).
     started: bool,
-    /// The highest offset counted as unreadable (see
+    /// The unreadable record batch being passed (see
     /// [`Worker::unreadable`]), so that librdkafka's repeated reports of
     /// one record count once.
-    unreadable: Option<i64>,
+    unreadable: Unreadable,
 }
 
 impl<C: ConsumerContext> SplitSource<'_, C> {
@@ -690,7 +721,7 @@ impl<H: Handler> Worker<H> {
                     handle: split.handle.as_ref(),
                     ready: std::collections::VecDeque::with_capacity(READ_BATCH),
                     started: false,
-                    unreadable: None,
+                    unreadable: Unreadable::default(),
                 });
                 self.run_from(&mut src).await;
                 self.drop_unhandled(src);
@@ -833,7 +864,7 @@ impl<H: Handler> Worker<H> {
         m: Result<rdkafka::message::BorrowedMessage<'_>, rdkafka::error::KafkaError>,
         handle: Option<&QueueHandle>,
         started: bool,
-        noted: &mut Option<i64>,
+        noted: &mut Unreadable,
     ) -> Option<Record> {
         let m = match m {
             Ok(m) => m,
@@ -845,10 +876,25 @@ impl<H: Handler> Worker<H> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .position();
-                match (handle, next, is_unreadable(&e)) {
-                    (Some(handle), Some(next), true) if started => {
-                        if let Some(target) = self.unreadable(next, next, noted) {
-                            self.reposition(handle, target);
+                match (handle, is_unreadable(&e)) {
+                    // rust-rdkafka reports no offset with the error: it is
+                    // the next record to take (once one was taken), else
+                    // the partition's start.
+                    (Some(handle), true) => {
+                        let at = if started {
+                            next
+                        } else {
+                            self.start_offset(handle)
+                        };
+                        match at {
+                            Some(at) => {
+                                if let Some(target) = self.unreadable(at, next, noted) {
+                                    self.reposition(handle, target);
+                                }
+                            }
+                            None => {
+                                self.queue_error(e);
+                            }
                         }
                     }
                     _ => {
@@ -886,7 +932,7 @@ impl<H: Handler> Worker<H> {
         &self,
         handle: &QueueHandle,
         ready: &mut std::collections::VecDeque<Record>,
-        noted: &mut Option<i64>,
+        noted: &mut Unreadable,
     ) {
         let mut read: Vec<(Record, i64)> = Vec::with_capacity(READ_BATCH);
         // Whether an error event moved librdkafka's position past the next
@@ -937,7 +983,7 @@ impl<H: Handler> Worker<H> {
         let next = tracker.position();
         drop(tracker);
         let mut target = if reposition { next } else { None };
-        if let (Some(u), Some(next)) = (unreadable, next)
+        if let Some(u) = unreadable
             && let Some(past) = self.unreadable(u, next, noted)
         {
             target = Some(past);
@@ -950,26 +996,50 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// A record librdkafka cannot read (its record batch failed the CRC
-    /// check of `check.crcs`) at offset `u`, with `next` the next offset the
-    /// worker takes. librdkafka skips such a batch once records after it
-    /// are fetched with it, and fetches it again and again while it is the
-    /// last one it can get: the record cannot be handled, and it is never
-    /// delivered. Counted and logged once (librdkafka reports it on every
-    /// fetch; `noted` keeps the highest offset counted); returns the offset
-    /// to reposition to, past it, when the worker's next record is not
-    /// after it yet (else `None`).
-    fn unreadable(&self, u: i64, next: i64, noted: &mut Option<i64>) -> Option<i64> {
-        if noted.is_some_and(|n| u <= n) {
-            tracing::debug!(
-                topic = %self.state.topic,
-                partition = self.state.partition,
-                offset = u,
-                "unreadable record reported again"
-            );
-            return None;
+    /// A record batch librdkafka cannot read (it failed the CRC check of
+    /// `check.crcs`) reported at offset `u` (the batch's first offset), with
+    /// `next` the next offset the worker takes (`None` before the first
+    /// record). Its records cannot be handled and are never delivered.
+    /// Counted and logged once per batch; returns the offset to reposition
+    /// to (else `None`).
+    ///
+    /// librdkafka 2.12.1 does not skip a v2 batch that fails the check (its
+    /// reader takes the batch's length for an absolute position), and a
+    /// fetch from any offset inside the batch returns the whole batch: so
+    /// the worker steps past it one offset at a time. The first step goes
+    /// to `u + 1`; each report of the same batch after a step (nothing
+    /// taken since: the fetch at the step's offset hit the batch again)
+    /// steps one further, until a fetch lands past the batch's end. Each
+    /// step is one seek and one fetch; a report that comes after records
+    /// past the batch were taken is stale and ignored.
+    fn unreadable(&self, u: i64, next: Option<i64>, skip: &mut Unreadable) -> Option<i64> {
+        if let Some(batch) = skip.batch
+            && u <= batch
+        {
+            return match skip.target {
+                Some(t) if next.is_none_or(|n| n <= t) => {
+                    tracing::debug!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        batch,
+                        offset = t,
+                        "offset inside the unreadable record batch; stepping past it"
+                    );
+                    skip.target = Some(t + 1);
+                    skip.target
+                }
+                _ => {
+                    tracing::debug!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset = u,
+                        "unreadable record batch reported again"
+                    );
+                    None
+                }
+            };
         }
-        *noted = Some(u);
+        skip.batch = Some(u);
         self.engine
             .counters
             .unreadable
@@ -978,9 +1048,24 @@ impl<H: Handler> Worker<H> {
             topic = %self.state.topic,
             partition = self.state.partition,
             offset = u,
-            "record cannot be read (its record batch failed librdkafka's CRC check); skipped and committed past: it is lost to this consumer group"
+            "record cannot be read (its record batch failed librdkafka's CRC check); the batch is skipped and committed past: it is lost to this consumer group"
         );
-        (u >= next).then_some(u + 1)
+        // Past it already when the worker took a record after it.
+        skip.target = next.is_none_or(|n| u >= n).then_some(u + 1);
+        skip.target
+    }
+
+    /// Where the partition's records start when none was taken yet: the
+    /// offset it was assigned (or restarted) at, or for a logical start the
+    /// log start or end offset librdkafka last saw (cached from fetch
+    /// responses, no request). `None` when unknown.
+    fn start_offset(&self, handle: &QueueHandle) -> Option<i64> {
+        match self.state.health.start() {
+            rdkafka::Offset::Offset(o) if o >= 0 => Some(o),
+            rdkafka::Offset::Beginning => handle.cached_watermarks().map(|(lo, _)| lo),
+            rdkafka::Offset::End => handle.cached_watermarks().map(|(_, hi)| hi),
+            _ => None,
+        }
     }
 
     /// Called when the partition's queue stayed empty for a tick: when
