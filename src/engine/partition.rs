@@ -40,6 +40,18 @@ pub(crate) type PartitionQueue<C> = rdkafka::consumer::stream_consumer::StreamPa
 /// (`rd_kafka_queue_length`). Owned by the partition's worker, so it is gone
 /// before the consumer is destroyed (the worker's split queue keeps the
 /// consumer alive until then).
+/// librdkafka's queue event callback for [`QueueHandle::wake_on_records`]:
+/// `opaque` is the worker's `Notify` (it keeps a permit when no one waits,
+/// so no wake-up is lost).
+unsafe extern "C" fn notify_records(
+    _rk: *mut rdkafka::bindings::rd_kafka_t,
+    opaque: *mut std::ffi::c_void,
+) {
+    // SAFETY: registered with a `Notify` that outlives the registration.
+    let wake = unsafe { &*(opaque as *const tokio::sync::Notify) };
+    wake.notify_one();
+}
+
 pub(crate) struct QueueHandle {
     queue: std::ptr::NonNull<rdkafka::bindings::rd_kafka_queue_t>,
     /// The client the queue belongs to, for seeks (it outlives the handle).
@@ -168,6 +180,26 @@ impl QueueHandle {
         };
         (err == rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && lo >= 0 && hi >= 0)
             .then_some((lo, hi))
+    }
+
+    /// Turns the queue's wake-up back on, for `wake`: librdkafka calls
+    /// [`notify_records`] when the queue goes from empty to non-empty.
+    /// Replaces rust-rdkafka's callback, which an earlier
+    /// `StreamPartitionQueue` of the same partition turned off when it was
+    /// dropped (its `Drop` clears the queue's callback, and librdkafka has
+    /// one queue per partition). `wake` must outlive the registration: the
+    /// worker's own `StreamPartitionQueue`, dropped before its
+    /// [`PartitionState`] (which owns `wake`), clears it.
+    fn wake_on_records(&self, wake: &Arc<tokio::sync::Notify>) {
+        // SAFETY: a live queue handle; the opaque pointer stays valid while
+        // registered (see above).
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_cb_event_enable(
+                self.queue.as_ptr(),
+                Some(notify_records),
+                Arc::as_ptr(wake) as *mut std::ffi::c_void,
+            );
+        }
     }
 
     /// Records (and other events) waiting in the queue.
@@ -366,6 +398,15 @@ pub(crate) struct PartitionState {
     /// Set once the partition is revoked, lost or closed: nothing is committed
     /// for it any more, and a late completion is dropped.
     pub(crate) revoked: AtomicBool,
+    /// Wakes the worker when its queue's wake-up was turned off under it
+    /// (`rewire`) and, from then on, when records arrive (see
+    /// [`QueueHandle::wake_on_records`]).
+    pub(crate) wake: Arc<tokio::sync::Notify>,
+    /// Set with a `wake` notification when an earlier worker of this
+    /// partition on this member dropped its split queue after this one
+    /// split it: rust-rdkafka's drop turned off the queue's wake-up, which
+    /// is librdkafka's one queue for the partition.
+    pub(crate) rewire: AtomicBool,
     /// Cancelled to stop the worker: it finishes the handler calls that are
     /// running, abandons retry backoffs, drops records waiting behind a busy
     /// key, and takes no more records.
@@ -433,6 +474,8 @@ impl PartitionState {
             committed: AtomicI64::new(NO_OFFSET),
             commit_queued: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            rewire: AtomicBool::new(false),
             stop: engine.shutdown.child_token(),
             tx,
             wants_resume: AtomicBool::new(false),
@@ -725,6 +768,8 @@ impl<H: Handler> Worker<H> {
                 });
                 self.run_from(&mut src).await;
                 self.drop_unhandled(src);
+                drop(split);
+                self.rewire_successor();
             }
             None => {
                 let mut src = Source::<C>::Channel(rx);
@@ -733,6 +778,29 @@ impl<H: Handler> Worker<H> {
             }
         }
         self.flush_counts();
+    }
+
+    /// After this worker's split queue was dropped (which turned off the
+    /// partition queue's wake-up): when the partition was handed back to
+    /// this member meanwhile (this worker outlived `revoke_timeout`), its
+    /// new worker splits the same librdkafka queue and would be woken only
+    /// by its idle re-poll (measured: produce-to-handled 59-953 ms instead
+    /// of 2-11 ms). Tells that worker to turn the wake-up back on.
+    fn rewire_successor(&self) {
+        let key: crate::engine::assignment::PartitionKey =
+            (Arc::clone(&self.state.topic), self.state.partition);
+        let successor = self.engine.assignment.partitions().get(&key).cloned();
+        if let Some(next) = successor
+            && !Arc::ptr_eq(&next, &self.state)
+        {
+            tracing::debug!(
+                topic = %self.state.topic,
+                partition = self.state.partition,
+                "an earlier worker of the partition ended after its new worker started; turning the queue's wake-up back on"
+            );
+            next.rewire.store(true, Ordering::Release);
+            next.wake.notify_one();
+        }
     }
 
     /// Counts the records the worker received but never handled because
@@ -817,13 +885,26 @@ impl<H: Handler> Worker<H> {
                 // to a record in hand, re-polled every `IDLE_POLL_TICK`
                 // while the queue stays empty (an empty poll, not
                 // recorded), as a client polling with a timeout would. The
-                // re-poll also re-registers the worker's waker: kept, as
-                // one CI run after the worker waited on a single `next()`
-                // showed a partition's error event not read (not
-                // reproduced; the re-poll bounds any such wait to a tick).
+                // re-poll also bounds any lost wake-up to a tick (one CI
+                // run once left an error event unread for 15 s: likely the
+                // wake-up an earlier worker's late queue drop turned off,
+                // see `rewire_successor`, which now turns it back on).
                 let mut started = Instant::now();
                 loop {
-                    let m = match tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()).await {
+                    let polled = tokio::select! {
+                        biased;
+                        m = tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()) => m,
+                        _ = self.state.wake.notified() => {
+                            if let Some(handle) = q.handle
+                                && self.state.rewire.swap(false, Ordering::AcqRel)
+                            {
+                                handle.wake_on_records(&self.state.wake);
+                            }
+                            // Records may have arrived: poll again.
+                            continue;
+                        }
+                    };
+                    let m = match polled {
                         Ok(m) => m?,
                         Err(_empty) => {
                             if let Some(handle) = q.handle
