@@ -247,6 +247,13 @@ impl Settings {
                 "dead-letter topic must not be empty",
             ));
         }
+        // The tier writes and the final dead-letter writes share one
+        // producer, with the dead-letter configuration.
+        match &self.on_exhausted {
+            OnExhausted::DeadLetter(dl) => dl.check_producer_properties()?,
+            OnExhausted::RetryTopics(rt) => rt.dead_letter.check_producer_properties()?,
+            _ => {}
+        }
         let tiers = match &self.on_exhausted {
             OnExhausted::RetryTopics(rt) => {
                 rt.plan(&self.topics).map_err(ConfigError::RetryTopics)?
@@ -386,7 +393,7 @@ pub(crate) fn secret_fragments(properties: &[(String, String)]) -> Vec<String> {
 /// `true` for what librdkafka reads as a true boolean property (`true`, `t`
 /// or `1`, case-insensitive); anything else is false or a value librdkafka
 /// rejects itself.
-fn is_true(value: &str) -> bool {
+pub(crate) fn is_true(value: &str) -> bool {
     let v = value.trim();
     v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
 }

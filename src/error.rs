@@ -46,6 +46,25 @@ pub enum ConfigError {
     /// cannot run with these topics.
     #[error("invalid retry topics")]
     RetryTopics(#[source] RetryTopicsError),
+    /// A dead-letter producer property
+    /// ([`DeadLetter::producer_property`](crate::DeadLetter::producer_property),
+    /// also for [`RetryTopics`](crate::RetryTopics)' tier writes) that would
+    /// let the library commit past a record whose dead-letter or retry-tier
+    /// write the brokers did not durably acknowledge, or that could not be
+    /// written at all: `acks` other than `all`/`-1`, `enable.idempotence`
+    /// other than `true`, more than 5 requests in flight, a
+    /// `transactional.id`.
+    #[error(
+        "dead-letter producer property `{property}={value}` is refused: {reason}; the dead-letter producer always uses acks=all with enable.idempotence=true"
+    )]
+    DeadLetterProducerProperty {
+        /// The property name, as given.
+        property: String,
+        /// The value given.
+        value: String,
+        /// What the value would cost.
+        reason: &'static str,
+    },
     /// librdkafka rejected a property (unknown name or invalid value), or
     /// the library does not support the value (`enable.partition.eof=true`).
     /// For secret properties the reason does not repeat the value.

@@ -845,6 +845,75 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     assert_eq!(receiver.point(SENT_MESSAGES, &sent_attrs(&dlq)), Some(1.0));
 }
 
+/// Dead-letter producer properties that would weaken the acknowledged write
+/// the source offset is committed past (issue 31, item 7) are refused by
+/// `validate()` and by `run_until` before anything starts, for the
+/// dead-letter policy and for the retry tiers (which write with the same
+/// producer); the values the producer uses anyway are accepted. Before the
+/// fix all of them were accepted: `acks=0` alone then failed only when the
+/// run created the producer (`RunError::Client`), and with
+/// `enable.idempotence=false` too the mock broker refusing every write left
+/// the dead-letter topic empty while the source was committed past.
+#[tokio::test]
+async fn producer_properties_that_weaken_the_dead_letter_write_are_refused() {
+    use fresh_consumer::{ConfigError, FreshConsumer, RetryTopics, RunError};
+    let consumer = |policy: OnExhausted| {
+        FreshConsumer::new(|_r: Record| ready(Ok::<(), std::io::Error>(())))
+            .bootstrap_servers("127.0.0.1:1")
+            .group_id("g")
+            .topics(["orders"])
+            .on_exhausted(policy)
+    };
+    let policies = |dl: DeadLetter| {
+        [
+            OnExhausted::DeadLetter(dl.clone()),
+            OnExhausted::RetryTopics(RetryTopics::new([Duration::from_secs(1)]).dead_letter(dl)),
+        ]
+    };
+    for (k, v) in [
+        ("acks", "0"),
+        ("acks", "1"),
+        ("request.required.acks", "0"),
+        ("enable.idempotence", "false"),
+        ("max.in.flight.requests.per.connection", "6"),
+        ("max.in.flight", "10"),
+        ("transactional.id", "dlt-tx"),
+    ] {
+        for policy in policies(DeadLetter::new().producer_property(k, v)) {
+            let e = consumer(policy.clone())
+                .validate()
+                .expect_err(&format!("{k}={v} refused"));
+            assert!(
+                matches!(&e, ConfigError::DeadLetterProducerProperty { property, value, .. }
+                    if property == k && value == v),
+                "{k}={v}: {e:?}"
+            );
+            let message = e.to_string();
+            assert!(
+                message.contains(&format!("`{k}={v}`")) && message.contains("acks=all"),
+                "{message}"
+            );
+            match consumer(policy).run_until(std::future::pending()).await {
+                Err(RunError::Config(c)) => assert_eq!(c, e),
+                other => panic!("{k}={v}: run_until returned {other:?}"),
+            }
+        }
+    }
+    for (k, v) in [
+        ("acks", "all"),
+        ("acks", "-1"),
+        ("enable.idempotence", "true"),
+        ("max.in.flight.requests.per.connection", "5"),
+        ("message.timeout.ms", "300"),
+    ] {
+        for policy in policies(DeadLetter::new().producer_property(k, v)) {
+            consumer(policy)
+                .validate()
+                .unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 5. Block policy
 // ---------------------------------------------------------------------------

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
-use fresh_consumer::{DeadLetter, OnExhausted, Record, RecordTimestamp, RetryTopics, permanent};
+use fresh_consumer::{
+    DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryTopics, permanent,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
@@ -463,6 +465,159 @@ async fn the_event_age_of_a_retried_record_counts_from_its_original_time() {
     assert_eq!(
         metrics.counter_total(RETRY_MESSAGES, &with(&tier1, &[(RETRY_TIER, "2")])),
         1.0
+    );
+    metrics.shutdown().await;
+}
+
+/// Spring Kafka's `kafka_dlt-original-*` headers on a source record (a
+/// record redriven from a Spring dead-letter topic, or forged) do not change
+/// its origin under the native header style (issue 31, item 8). `p-0`
+/// carries a lone `kafka_dlt-original-topic`, `p-1` a complete forged
+/// Spring set naming another topic, partition, offset and time; both fail
+/// through the tier to the dead-letter topic; `p-2` (a lone header too)
+/// fails permanently and goes straight there; `p-3` and `p-4` (like `p-0`
+/// and `p-1`) fail once and succeed from the tier. Every tier and
+/// dead-letter record names the source record (topic, partition, offset,
+/// timestamp), reads back in the native style and with the redrive tool's
+/// reading, lists the source and the tier as its stops, and keeps the
+/// foreign headers as the user's, once; the event age of the records handled
+/// from the tier counts from their source timestamps, an hour ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native_headers() {
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+
+    let policy = RetryTopics::new([ms(300)]);
+    let base = now_ms() - 3_600_000;
+    let s = setup("rt-foreign", 0, &policy, base).await;
+    let forged_ts = (base - 86_400_000).to_be_bytes();
+    let (partition, offset) = (7i32.to_be_bytes(), 999i64.to_be_bytes());
+    let lone: Vec<(&str, Option<&[u8]>)> = vec![(dlt::SPRING_TOPIC, Some(b"spring.orders"))];
+    let forged: Vec<(&str, Option<&[u8]>)> = vec![
+        (dlt::SPRING_TOPIC, Some(b"elsewhere")),
+        (dlt::SPRING_PARTITION, Some(&partition)),
+        (dlt::SPRING_OFFSET, Some(&offset)),
+        (dlt::SPRING_TIMESTAMP, Some(&forged_ts)),
+        (dlt::SPRING_TIMESTAMP_TYPE, Some(b"CREATE_TIME")),
+    ];
+    let sent = [&lone, &forged, &lone, &lone, &forged];
+    for (i, headers) in sent.iter().enumerate() {
+        s.cluster
+            .produce_with_headers(
+                &s.topic,
+                0,
+                &format!("k-{i}"),
+                &format!("p-{i}"),
+                Some(base + i as i64),
+                headers,
+            )
+            .await;
+    }
+    let calls = Calls::default();
+    let handler = calls.handler(|p, n| match p {
+        "p-0" | "p-1" => Some("always fails".into()),
+        "p-2" => Some(permanent("malformed")),
+        _ => (n == 1).then(|| "fails once".into()),
+    });
+    let metrics = InMemory::new();
+    let run = start(
+        s.cluster
+            .consumer(&s.group, &s.topic, handler)
+            .on_exhausted(OnExhausted::RetryTopics(policy))
+            .meter_provider(&metrics.provider),
+    );
+    s.cluster.wait_committed(&s.group, &s.topic, &[5]).await;
+    s.cluster.wait_committed(&s.group, &s.tiers[0], &[4]).await;
+    wait_until(WAIT, "three dead-letter writes", || async {
+        s.cluster.high_watermarks(&s.dlq, 1).await == vec![3]
+    })
+    .await;
+    run.stop().await;
+    metrics.flush().await;
+
+    let index = |r: &Record| -> usize {
+        String::from_utf8_lossy(r.payload().unwrap())[2..]
+            .parse()
+            .unwrap()
+    };
+    let source_of = |i: usize| {
+        (
+            s.topic.clone(),
+            0,
+            i as i64,
+            RecordTimestamp::CreateTime(base + i as i64),
+        )
+    };
+    let origin = |d: &DeadLetterRecord| (d.topic.clone(), d.partition, d.offset, d.timestamp);
+    let tier = read_topic(&s.cluster, &s.tiers[0]).await;
+    assert_eq!(tier.len(), 4, "{tier:?}");
+    let parked = read_topic(&s.cluster, &s.dlq).await;
+    assert_eq!(parked.len(), 3, "{parked:?}");
+    for r in tier.iter().chain(&parked) {
+        let i = index(r);
+        let what = format!("p-{i} in {}", r.topic());
+        let d = DeadLetterRecord::from_record(r).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(origin(&d), source_of(i), "{what}: {r:?}");
+        let native = DeadLetterRecord::from_record_with(r, DeadLetterHeaders::Native)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(origin(&native), source_of(i), "{what}");
+        let own: Vec<(String, Option<Vec<u8>>)> = d
+            .headers
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        let expected: Vec<(String, Option<Vec<u8>>)> = sent[i]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(<[u8]>::to_vec)))
+            .collect();
+        assert_eq!(
+            own, expected,
+            "{what}: the foreign headers are the user's, once"
+        );
+        assert_eq!(
+            r.headers().iter().filter(|h| h.name == dlt::TOPIC).count(),
+            1,
+            "{what}: one source topic header"
+        );
+        if r.topic() == s.dlq {
+            let stops: Vec<&str> = d.history.iter().map(|h| h.topic.as_str()).collect();
+            if i == 2 {
+                assert!(stops.is_empty(), "{what}: {stops:?}");
+                assert_eq!(d.attempts, Some(1), "{what}");
+            } else {
+                assert_eq!(stops, [s.topic.as_str(), &s.tiers[0]], "{what}");
+                assert_eq!(d.attempts, Some(2), "{what}");
+            }
+        }
+    }
+
+    // The records handled from the tier are an hour old: not the tier write's age (under a
+    // second), nor the forged timestamp's (a day more).
+    let wanted = with(
+        &partition_attrs(&s.tiers[0], 0, &s.group),
+        &[(TIMESTAMP_TYPE, "create_time"), (RETRY_TIER, "1")],
+    );
+    let (min, max, count) = metrics
+        .read(EVENT_AGE, |m| {
+            let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else {
+                panic!("{EVENT_AGE} is not an f64 histogram");
+            };
+            let p = h
+                .data_points()
+                .find(|p| {
+                    p.attributes()
+                        .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                        .collect::<support::metrics::Attrs>()
+                        == wanted
+                })
+                .expect("the tier partition's event age");
+            (p.min().unwrap(), p.max().unwrap(), p.count())
+        })
+        .expect("event age exported");
+    eprintln!("event age in the tier: {min:.1} .. {max:.1} s over {count} records");
+    assert_eq!(count, 2);
+    assert!(
+        (3_600.0..3_900.0).contains(&min) && (3_600.0..3_900.0).contains(&max),
+        "event age {min:.1} .. {max:.1} s, want about 3,600 s"
     );
     metrics.shutdown().await;
 }

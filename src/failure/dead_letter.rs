@@ -36,6 +36,17 @@
 //! `CREATE_TIME`/`LOG_APPEND_TIME`, error type in `kafka_dlt-exception-fqcn`);
 //! attempts and failure times keep the native names.
 //!
+//! The headers the library writes replace the original record's headers of
+//! the same names (the written style's and the shared ones), so each is read
+//! back once and as the library wrote it. The other style's headers are the
+//! original record's own: a record redriven from a Spring Kafka dead-letter
+//! topic (or carrying forged `kafka_dlt-original-*` headers) keeps them, and
+//! they never change its origin under [`DeadLetterHeaders::Native`] (nor
+//! `fresh_consumer.dlt.*` headers under [`DeadLetterHeaders::SpringKafka`]).
+//! [`DeadLetterRecord::from_record`] reads the style the library wrote, its
+//! headers coming after the original ones;
+//! [`DeadLetterRecord::from_record_with`] reads one given style.
+//!
 //! The dead-letter record's partition is chosen by the producer from the key;
 //! its timestamp is the time it was written.
 //!
@@ -52,6 +63,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
+use crate::error::ConfigError;
 use crate::record::{Header, Record, RecordTimestamp};
 
 /// Header names written with each dead-lettered record.
@@ -66,6 +78,68 @@ pub enum DeadLetterHeaders {
     /// (partition as a 4-byte and offset and timestamp as 8-byte big-endian
     /// integers), for tooling built around Spring's dead-letter topics.
     SpringKafka,
+}
+
+/// The source and error fields of [`DeadLetterHeaders::Native`].
+const NATIVE_FIELDS: [&str; 8] = [
+    TOPIC,
+    PARTITION,
+    OFFSET,
+    TIMESTAMP,
+    TIMESTAMP_TYPE,
+    GROUP,
+    ERROR_TYPE,
+    ERROR_MESSAGE,
+];
+/// The source and error fields of [`DeadLetterHeaders::SpringKafka`].
+const SPRING_FIELDS: [&str; 8] = [
+    SPRING_TOPIC,
+    SPRING_PARTITION,
+    SPRING_OFFSET,
+    SPRING_TIMESTAMP,
+    SPRING_TIMESTAMP_TYPE,
+    SPRING_GROUP,
+    SPRING_EXCEPTION_FQCN,
+    SPRING_EXCEPTION_MESSAGE,
+];
+/// The headers written in both styles (with the native names).
+const SHARED_FIELDS: [&str; 6] = [
+    ATTEMPTS,
+    FIRST_FAILURE,
+    LAST_FAILURE,
+    RETRY_TIER,
+    RETRY_DUE,
+    RETRY_HISTORY,
+];
+
+impl DeadLetterHeaders {
+    /// `true` for a header the library writes in this style (its source and
+    /// error fields, and the attempts, failure times and retry headers).
+    /// Every other header, those of the other style among them, is the
+    /// original record's own.
+    fn owns(self, name: &str) -> bool {
+        let fields = match self {
+            DeadLetterHeaders::Native => &NATIVE_FIELDS,
+            DeadLetterHeaders::SpringKafka => &SPRING_FIELDS,
+        };
+        fields.contains(&name) || SHARED_FIELDS.contains(&name)
+    }
+
+    /// The style the library wrote `record`'s headers in: the one whose
+    /// source-topic header comes last (the library's headers follow the
+    /// original record's own); [`Native`](Self::Native) when it has neither.
+    fn written_on(record: &Record) -> Self {
+        record
+            .headers()
+            .iter()
+            .rev()
+            .find_map(|h| match h.name.as_str() {
+                TOPIC => Some(DeadLetterHeaders::Native),
+                SPRING_TOPIC => Some(DeadLetterHeaders::SpringKafka),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Where and how records are dead-lettered.
@@ -120,12 +194,34 @@ impl DeadLetter {
         self
     }
 
-    /// Sets a librdkafka property on the dead-letter producer only. The
-    /// producer otherwise inherits the consumer's `bootstrap.servers`,
+    /// Sets a librdkafka property on the dead-letter producer only (which
+    /// also writes the retry tiers of [`RetryTopics`](crate::RetryTopics)).
+    /// The producer otherwise inherits the consumer's `bootstrap.servers`,
     /// `client.id` and security settings (`security.protocol`, `sasl.*`,
     /// `ssl.*`), and always uses `acks=all` with `enable.idempotence=true`;
     /// `message.timeout.ms` defaults to 30 s (a failed write is retried by
     /// the library, and the partition reports itself blocked meanwhile).
+    ///
+    /// The source offset is committed past once the write is acknowledged,
+    /// so properties that would weaken that acknowledgement are refused:
+    /// [`validate`](crate::FreshConsumer::validate) and
+    /// [`run_until`](crate::FreshConsumer::run_until) return
+    /// [`ConfigError::DeadLetterProducerProperty`] for
+    /// - `acks` (or `request.required.acks`) other than `all` or `-1`: with
+    ///   `0` the write counts as done once sent, with `1` once the leader
+    ///   has it, which a leader failover loses;
+    /// - `enable.idempotence` other than `true`: a retried write could then
+    ///   duplicate or reorder records, and librdkafka would accept `acks=0`
+    ///   and `acks=1`;
+    /// - `max.in.flight.requests.per.connection` (or `max.in.flight`) above
+    ///   5: more than the idempotent producer keeps ordered (librdkafka
+    ///   would refuse it only when the producer is created);
+    /// - `transactional.id`, set to anything: the producer is not
+    ///   transactional, and a transactional one fails every write made
+    ///   outside a transaction.
+    ///
+    /// `acks=all`, `enable.idempotence=true` and at most 5 requests in
+    /// flight are accepted (they change nothing).
     pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.producer_properties.push((key.into(), value.into()));
         self
@@ -137,6 +233,57 @@ impl DeadLetter {
             Some(t) => t.clone(),
             None => format!("{source}.dlt"),
         }
+    }
+
+    /// Refuses the [`producer_property`](Self::producer_property) values
+    /// that would weaken the acknowledgement the source offset is committed
+    /// past on.
+    pub(crate) fn check_producer_properties(&self) -> Result<(), ConfigError> {
+        for (property, value) in &self.producer_properties {
+            if let Some(reason) = weakens_delivery(property, value.trim()) {
+                return Err(ConfigError::DeadLetterProducerProperty {
+                    property: property.clone(),
+                    value: value.clone(),
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why setting dead-letter producer property `key` to `value` would let the
+/// library commit past a write the brokers did not durably acknowledge (or
+/// could not take), if it would.
+fn weakens_delivery(key: &str, value: &str) -> Option<&'static str> {
+    match key {
+        "acks" | "request.required.acks"
+            if !(value.eq_ignore_ascii_case("all") || value == "-1") =>
+        {
+            Some(
+                "the source offset is committed past once the write is acknowledged, and only \
+                 acks=all means every in-sync replica has the record (0: acknowledged once \
+                 sent; 1: once the leader has it, lost with the leader)",
+            )
+        }
+        "enable.idempotence" if !crate::config::is_true(value) => Some(
+            "without idempotence a retried write can duplicate or reorder records, and \
+             librdkafka then accepts acks other than all",
+        ),
+        "max.in.flight.requests.per.connection" | "max.in.flight"
+            if value.parse::<i64>().is_ok_and(|n| n > 5) =>
+        {
+            Some(
+                "the idempotent producer keeps the order of at most 5 requests in flight \
+                 (librdkafka would refuse the producer when it is created)",
+            )
+        }
+        "transactional.id" => Some(
+            "the dead-letter producer is not transactional: a transactional producer fails \
+             every write made outside a transaction, and read_committed readers would not \
+             see the records until one commits",
+        ),
+        _ => None,
     }
 }
 
@@ -220,12 +367,27 @@ impl Origin {
         }
     }
 
-    /// A record read from a retry tier: its origin from its headers (either
-    /// style). A record without them (written there by someone else) is its
-    /// own origin.
+    /// A record read from a retry tier: its origin from the headers the
+    /// library wrote on it, in the style it wrote them in
+    /// ([`DeadLetterRecord::from_record`]: the other style's headers, which
+    /// the original record carried, do not count). A record without them
+    /// (written there by someone else) is its own origin, and so is one
+    /// whose headers are malformed (logged).
     pub(crate) fn of_tier_record(record: &Record) -> Self {
-        let Ok(d) = DeadLetterRecord::from_record(record) else {
-            return Self::of(record);
+        let d = match DeadLetterRecord::from_record(record) {
+            Ok(d) => d,
+            Err(e) => {
+                if record.header(TOPIC).is_some() || record.header(SPRING_TOPIC).is_some() {
+                    tracing::warn!(
+                        topic = record.topic(),
+                        partition = record.partition(),
+                        offset = record.offset(),
+                        error = %e,
+                        "a retry-tier record's origin headers are malformed; it counts as its own origin"
+                    );
+                }
+                return Self::of(record);
+            }
         };
         let text = |name: &str| {
             record
@@ -326,14 +488,16 @@ impl DeadLetterWriter {
         for (k, v) in consumer_properties.iter().filter(|(k, _)| inherited(k)) {
             cc.set(k, v);
         }
-        cc.set("acks", "all");
-        cc.set("enable.idempotence", "true");
         // librdkafka's default of 300 s would hide an unwritable dead-letter
         // topic (and keep the partition silently stuck) for five minutes.
         cc.set("message.timeout.ms", "30000");
         for (k, v) in &config.producer_properties {
             cc.set(k, v);
         }
+        // Last, over any alias: validation refused other values
+        // (`DeadLetter::check_producer_properties`).
+        cc.set("acks", "all");
+        cc.set("enable.idempotence", "true");
         cc
     }
 
@@ -456,9 +620,13 @@ impl DeadLetterWriter {
         destination: Destination,
         trace: &[(String, String)],
     ) -> OwnedHeaders {
+        let style = self.config.headers;
         let mut h = OwnedHeaders::new_with_capacity(origin.headers.len() + 14 + trace.len());
         for orig in &origin.headers {
-            if trace.iter().any(|(k, _)| *k == orig.name) {
+            // The library's own headers (of the style it writes) replace the
+            // record's headers of those names, so each is read back once and
+            // as written; the other style's headers are the user's.
+            if trace.iter().any(|(k, _)| *k == orig.name) || style.owns(&orig.name) {
                 continue;
             }
             h = h.insert(KafkaHeader {
@@ -480,7 +648,7 @@ impl DeadLetterWriter {
         };
         let message = cap(&f.error_message, self.config.max_error_message_bytes);
         let ts = origin.timestamp;
-        match self.config.headers {
+        match style {
             DeadLetterHeaders::Native => {
                 h = text(h, TOPIC, &origin.topic);
                 h = text(h, PARTITION, &origin.partition.to_string());
@@ -625,12 +793,36 @@ pub struct NotDeadLetter {
 }
 
 impl DeadLetterRecord {
-    /// Reads the dead-letter headers of `record` (either header style).
+    /// Reads the dead-letter headers of `record` in the style the library
+    /// wrote them in: the style whose source-topic header ([`TOPIC`] or
+    /// [`SPRING_TOPIC`]) comes last. The library writes its headers after
+    /// the original record's own, so a header of the other style that the
+    /// original record carried (a record redriven from a Spring Kafka
+    /// dead-letter topic, or a forged one) does not decide the style; it is
+    /// one of the original headers ([`DeadLetterRecord::headers`]). With
+    /// neither header the record is not a dead-letter record ([`TOPIC`] is
+    /// missing). Use [`from_record_with`](Self::from_record_with) to read
+    /// one style only.
     ///
     /// # Errors
     /// [`NotDeadLetter`] when the source topic, partition or offset header is
     /// missing or malformed.
     pub fn from_record(record: &Record) -> Result<Self, NotDeadLetter> {
+        Self::from_record_with(record, DeadLetterHeaders::written_on(record))
+    }
+
+    /// Reads the dead-letter headers of `record` in the style `style` only:
+    /// the source and error fields come from that style's headers (the last
+    /// one of each name), and the headers of the other style are the
+    /// original record's own ([`DeadLetterRecord::headers`]).
+    ///
+    /// # Errors
+    /// [`NotDeadLetter`] when that style's source topic, partition or offset
+    /// header is missing or malformed.
+    pub fn from_record_with(
+        record: &Record,
+        style: DeadLetterHeaders,
+    ) -> Result<Self, NotDeadLetter> {
         let get = |name: &str| record.header(name).flatten();
         let text = |name: &str| get(name).and_then(|v| std::str::from_utf8(v).ok());
         let num = |name: &'static str| -> Result<Option<i64>, NotDeadLetter> {
@@ -642,7 +834,7 @@ impl DeadLetterRecord {
                 }),
             }
         };
-        let spring = get(SPRING_TOPIC).is_some();
+        let spring = style == DeadLetterHeaders::SpringKafka;
         let (topic, partition, offset, timestamp, group, error_type, error_message);
         if spring {
             let be = |name: &'static str, len: usize| -> Result<i64, NotDeadLetter> {
@@ -703,34 +895,10 @@ impl DeadLetterRecord {
             });
         }
         let attempts = num(ATTEMPTS)?.map(|a| a as u32);
-        let ours = [
-            TOPIC,
-            PARTITION,
-            OFFSET,
-            TIMESTAMP,
-            TIMESTAMP_TYPE,
-            GROUP,
-            ATTEMPTS,
-            ERROR_TYPE,
-            ERROR_MESSAGE,
-            FIRST_FAILURE,
-            LAST_FAILURE,
-            SPRING_TOPIC,
-            SPRING_PARTITION,
-            SPRING_OFFSET,
-            SPRING_TIMESTAMP,
-            SPRING_TIMESTAMP_TYPE,
-            SPRING_GROUP,
-            SPRING_EXCEPTION_FQCN,
-            SPRING_EXCEPTION_MESSAGE,
-            RETRY_TIER,
-            RETRY_DUE,
-            RETRY_HISTORY,
-        ];
         let headers = record
             .headers()
             .iter()
-            .filter(|h| !ours.contains(&h.name.as_str()))
+            .filter(|h| !style.owns(&h.name))
             .cloned()
             .collect();
         Ok(DeadLetterRecord {
@@ -920,6 +1088,166 @@ mod tests {
                     .map(|v| std::str::from_utf8(v).unwrap()),
                 Some("1000")
             );
+        }
+    }
+
+    #[test]
+    fn headers_of_the_other_style_are_the_users_and_never_the_origin() {
+        let forged_native = [
+            (TOPIC, b"elsewhere".to_vec()),
+            (PARTITION, b"7".to_vec()),
+            (OFFSET, b"999".to_vec()),
+            (TIMESTAMP, b"5".to_vec()),
+            (TIMESTAMP_TYPE, b"create_time".to_vec()),
+            (RETRY_HISTORY, b"elsewhere:1:panic".to_vec()),
+        ];
+        let forged_spring = [
+            (SPRING_TOPIC, b"elsewhere".to_vec()),
+            (SPRING_PARTITION, 7i32.to_be_bytes().to_vec()),
+            (SPRING_OFFSET, 999i64.to_be_bytes().to_vec()),
+            (SPRING_TIMESTAMP, 5i64.to_be_bytes().to_vec()),
+            (SPRING_TIMESTAMP_TYPE, b"CREATE_TIME".to_vec()),
+        ];
+        for style in [DeadLetterHeaders::Native, DeadLetterHeaders::SpringKafka] {
+            let (same, other) = match style {
+                DeadLetterHeaders::Native => (&forged_native[..], &forged_spring[..]),
+                DeadLetterHeaders::SpringKafka => (&forged_spring[..], &forged_native[..]),
+            };
+            // The source record carries a complete set of each style.
+            let mut original = Record::new("orders", 3, 386)
+                .with_timestamp(RecordTimestamp::CreateTime(1_700_000_000_000));
+            for (k, v) in other.iter().chain(same) {
+                original = original.with_header(*k, Some(v.clone()));
+            }
+            let w = writer(style);
+            let mut f = info();
+            f.attempts = 1;
+            let tier = Destination::Tier {
+                tier: 1,
+                written_ms: 4_000,
+                due_ms: 5_000,
+            };
+            let h = w.headers_for("orders", &Origin::of(&original), &f, tier, &[]);
+            let tier1 = to_record(h, b"k", b"p");
+            let origin = Origin::of_tier_record(&tier1);
+            assert_eq!(
+                (origin.topic.as_str(), origin.partition, origin.offset),
+                ("orders", 3, 386),
+                "{style:?}"
+            );
+            assert_eq!(
+                origin.timestamp,
+                RecordTimestamp::CreateTime(1_700_000_000_000)
+            );
+            assert_eq!(origin.history, "orders:2000:handler_error");
+            let h = w.headers_for("orders.retry.1s", &origin, &f, Destination::DeadLetter, &[]);
+            let parked = to_record(h, b"k", b"p");
+            for r in [&tier1, &parked] {
+                let d = DeadLetterRecord::from_record(r).unwrap();
+                assert_eq!(
+                    format!("{d:?}"),
+                    format!(
+                        "{:?}",
+                        DeadLetterRecord::from_record_with(r, style).unwrap()
+                    )
+                );
+                assert_eq!((d.topic.as_str(), d.offset), ("orders", 386), "{style:?}");
+                // The other style's headers are the user's, once; the
+                // forged ones of the written style (and the shared retry
+                // history) are gone.
+                let own: Vec<(&str, &[u8])> = d
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.as_str(), h.value.as_deref().unwrap()))
+                    .collect();
+                let want: Vec<(&str, &[u8])> = other
+                    .iter()
+                    .filter(|(k, _)| *k != RETRY_HISTORY)
+                    .map(|(k, v)| (*k, v.as_slice()))
+                    .collect();
+                assert_eq!(own, want, "{style:?}");
+                for (k, _) in same.iter().chain(other) {
+                    let n = r.headers().iter().filter(|h| h.name == *k).count();
+                    assert!(n <= 1, "{style:?}: {k} written {n} times");
+                }
+            }
+            let d = DeadLetterRecord::from_record(&parked).unwrap();
+            assert_eq!(d.history.len(), 2, "{:?}", d.history);
+            assert_eq!(d.history[0].topic, "orders");
+        }
+    }
+
+    #[test]
+    fn a_record_is_read_in_the_style_written_last() {
+        // A Spring-style record that carried one native header, and a
+        // native one that carried one Spring header.
+        let spring = Record::new("src.dlt", 0, 1)
+            .with_header(TOPIC, Some(b"forged".to_vec()))
+            .with_header(SPRING_TOPIC, Some(b"orders".to_vec()))
+            .with_header(SPRING_PARTITION, Some(2i32.to_be_bytes().to_vec()))
+            .with_header(SPRING_OFFSET, Some(9i64.to_be_bytes().to_vec()));
+        let d = DeadLetterRecord::from_record(&spring).unwrap();
+        assert_eq!((d.topic.as_str(), d.partition, d.offset), ("orders", 2, 9));
+        assert_eq!(d.headers.len(), 1);
+        let native = Record::new("src.dlt", 0, 1)
+            .with_header(SPRING_TOPIC, Some(b"forged".to_vec()))
+            .with_header(TOPIC, Some(b"orders".to_vec()))
+            .with_header(PARTITION, Some(b"2".to_vec()))
+            .with_header(OFFSET, Some(b"9".to_vec()));
+        let d = DeadLetterRecord::from_record(&native).unwrap();
+        assert_eq!((d.topic.as_str(), d.partition, d.offset), ("orders", 2, 9));
+        // One style only: the other's headers do not make a dead-letter
+        // record.
+        let e = DeadLetterRecord::from_record_with(&native, DeadLetterHeaders::SpringKafka)
+            .unwrap_err();
+        assert_eq!(e.header, SPRING_PARTITION);
+        // Malformed headers of the style written last are an error, not a
+        // fall-back to the other style.
+        let malformed = native.clone().with_header(OFFSET, Some(b"x".to_vec()));
+        assert_eq!(
+            DeadLetterRecord::from_record(&malformed)
+                .unwrap_err()
+                .header,
+            OFFSET
+        );
+        // A tier record with malformed headers is its own origin.
+        let origin = Origin::of_tier_record(&malformed);
+        assert_eq!((origin.topic.as_str(), origin.offset), ("src.dlt", 1));
+    }
+
+    #[test]
+    fn weakening_producer_properties_are_refused() {
+        for (k, v) in [
+            ("acks", "0"),
+            ("acks", "1"),
+            ("request.required.acks", "0"),
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "6"),
+            ("max.in.flight", "6"),
+            ("transactional.id", "t"),
+        ] {
+            let e = DeadLetter::new()
+                .producer_property(k, v)
+                .check_producer_properties()
+                .unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::DeadLetterProducerProperty { property, value, .. } if property == k && value == v),
+                "{e:?}"
+            );
+        }
+        for (k, v) in [
+            ("acks", "all"),
+            ("acks", "ALL"),
+            ("acks", "-1"),
+            ("request.required.acks", " -1"),
+            ("enable.idempotence", "true"),
+            ("max.in.flight", "5"),
+            ("message.timeout.ms", "300"),
+        ] {
+            DeadLetter::new()
+                .producer_property(k, v)
+                .check_producer_properties()
+                .unwrap_or_else(|e| panic!("{k}={v}: {e}"));
         }
     }
 
