@@ -54,7 +54,9 @@ impl RecordTimestamp {
 /// One record header: a name and an optional value (Kafka allows null values).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
-    /// The header name (Kafka header keys are UTF-8 strings).
+    /// The header name (Kafka header keys are UTF-8 strings). A name that
+    /// is not UTF-8 (a client can write any bytes) arrives with U+FFFD in
+    /// place of each invalid sequence, so two such names may compare equal.
     pub name: String,
     /// The header value bytes, `None` for a null value.
     pub value: Option<Vec<u8>>,

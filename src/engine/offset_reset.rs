@@ -457,6 +457,13 @@ pub(crate) fn resolve<C, X>(
             // In range, and nothing says its fetcher stopped.
             continue;
         }
+        if !stopped && d.anomaly.is_none() && matches!(d.start, Some(Offset::End)) {
+            // Nothing taken yet, a start at the log end, and nothing says
+            // its fetcher stopped (statistics are off): librdkafka resolved
+            // the end when it assigned the partition. Restarting at today's
+            // end would skip the records produced since.
+            continue;
+        }
         if let Some(Offset::Offset(o)) = d.start
             && !state
                 .tracker

@@ -578,6 +578,11 @@ impl<H: Handler> PollLoop<H> {
 /// to the partition's current position (where the resume fetches from
 /// anyway) starts the fetcher, which wakes the broker thread. Asynchronous:
 /// a seek that fails leaves the plain resume in place.
+///
+/// Not under a lock with a worker's repositioning seek (which could then
+/// be overridden by this position): the partition was paused, so no fetch
+/// is in flight whose error event the worker could read and seek back
+/// for before this seek, a few instructions after the resume.
 fn restart_fetch<C: Consumer<Ctx<H>>, H: Handler>(consumer: &C, state: &PartitionState) {
     let position = consumer.position().ok().and_then(|tpl| {
         tpl.find_partition(&state.topic, state.partition)
