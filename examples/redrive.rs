@@ -13,11 +13,13 @@
 //! committed position (`--group`, default `<dlq-topic>.redrive`; the start of
 //! the topic when the group has none, or with `--from-beginning`) up to the
 //! topic's end as it was when the tool started. For each record it reads the
-//! dead-letter headers with [`DeadLetterRecord::from_record`] (either header
-//! style) and, when the record is chosen (`--all`, or matching
-//! `--source-topic`, `--source-partition` and `--source-offset`), produces the
-//! original key, payload, timestamp and headers (without the dead-letter
-//! headers) to the source topic and partition it came from. The producer uses
+//! dead-letter headers with [`DeadLetterRecord::from_record`] (the header
+//! style the library wrote: its source-topic header comes last) and, when
+//! the record is chosen (`--all`, or matching `--source-topic`,
+//! `--source-partition` and `--source-offset`), produces the original key,
+//! payload, timestamp and headers (without the dead-letter headers of that
+//! style; headers of the other style the original record carried are
+//! republished with it) to the source topic and partition it came from. The producer uses
 //! `acks=all` and idempotence; only once every write was acknowledged does
 //! the tool commit its group past what it read, so each parked record is
 //! redriven once (at least once: a crash between the writes and the commit
