@@ -473,3 +473,43 @@ async fn a_revoke_whose_commit_outlasts_revoke_timeout_says_so_and_never_rewinds
         "an unanswered commit is not a failed one:\n{at_revoke}"
     );
 }
+
+/// Issue 31, item 6: with `split_partition_queues(false)` the poll loop
+/// keeps the records that do not fit a slow worker's buffer in an overflow.
+/// Before the fix the records in it at shutdown counted as received and in
+/// no other counter (received 256, succeeded 50, unassigned 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_adds_up_at_shutdown_without_split_queues() {
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("summary-overflow", 1).await;
+    cluster.produce_many(&topic, 1, 400).await;
+    let handled = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&handled);
+    let handler = move |_r: Record| {
+        let counter = Arc::clone(&counter);
+        async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok::<(), BoxError>(())
+        }
+    };
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, handler)
+            .split_partition_queues(false)
+            .max_buffered_records(16)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    wait_until(WAIT, "50 records handled", || async {
+        handled.load(Ordering::Relaxed) >= 50
+    })
+    .await;
+    stop.cancel();
+    let summary = run.await.unwrap().unwrap();
+    assert!(
+        summary.records_received > summary.records_succeeded + 16,
+        "records waited beyond the buffer: {summary:?}"
+    );
+    assert_adds_up("overflowing", &summary);
+}

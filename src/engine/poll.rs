@@ -405,7 +405,7 @@ impl<H: Handler> PollLoop<H> {
         let dropped: usize = old
             .iter()
             .flat_map(|(_, v)| v.iter().flatten())
-            .map(|s| s.staged.len())
+            .map(|s| s.staged.len() + s.overflow.len())
             .sum();
         if dropped > 0 {
             self.engine.counters.unassigned(dropped as u64);
@@ -428,7 +428,9 @@ impl<H: Handler> PollLoop<H> {
                     return;
                 }
                 Err(TrySendError::Closed(_)) => {
+                    let n = slot.overflow.len() as u64 + 1;
                     slot.overflow.clear();
+                    self.engine.counters.unassigned(n);
                     return;
                 }
             }
@@ -481,6 +483,19 @@ impl<H: Handler> PollLoop<H> {
     ) -> RunSummary {
         let started = Instant::now();
         let deadline = started + timeout;
+        // Records the poll loop still holds for a worker in a full
+        // buffer's overflow (received, tracked, never handed over) are
+        // never handled by this member. (Staging is handed over before the
+        // loop returns.)
+        let held: usize = self
+            .slots
+            .iter()
+            .flat_map(|(_, v)| v.iter().flatten())
+            .map(|s| s.overflow.len())
+            .sum();
+        if held > 0 {
+            self.engine.counters.unassigned(held as u64);
+        }
         self.engine.poll_clock.suspend();
         self.engine.shutdown.cancel();
         let mut timed_out = false;
