@@ -159,6 +159,17 @@ impl Settings {
                     .to_owned(),
             });
         }
+        if !self.split_partition_queues && prop("check.crcs").is_some_and(is_true) {
+            // The poll loop learns of a batch that fails the check only as
+            // a consume error without partition or offset (rust-rdkafka
+            // drops them), so it could neither count nor pass it: the
+            // partition would stall at it for ever.
+            return Err(ConfigError::InvalidProperty {
+                property: "check.crcs".to_owned(),
+                reason: "needs split_partition_queues(true): without split queues a record                          batch that fails the check cannot be located, counted or passed, and                          its partition would stop at it"
+                    .to_owned(),
+            });
+        }
         if prop("group.protocol").is_some_and(|p| p.trim().eq_ignore_ascii_case("consumer")) {
             // KIP-848: the broker owns these; librdkafka refuses them only
             // when the client is created, with RunError::Client.

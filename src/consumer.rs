@@ -168,6 +168,11 @@ impl<H> FreshConsumer<H> {
     /// after its last record: only a split queue's worker commits past
     /// markers (to librdkafka's position, once every delivered record
     /// completed and its queue is empty).
+    ///
+    /// # Errors
+    /// `false` with `check.crcs=true` is a [`ConfigError::InvalidProperty`]
+    /// from [`validate`](Self::validate) and `run_until`: the poll loop
+    /// cannot tell which partition a batch that fails the check is on.
     pub fn split_partition_queues(mut self, enabled: bool) -> Self {
         self.settings.split_partition_queues = enabled;
         self
@@ -590,6 +595,25 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(matches!(e, ConfigError::InvalidProperty { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn check_crcs_needs_split_queues() {
+        let e = base()
+            .split_partition_queues(false)
+            .set("check.crcs", "true")
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InvalidProperty { property, .. } if property == "check.crcs"),
+            "{e:?}"
+        );
+        base().set("check.crcs", "true").validate().unwrap();
+        base()
+            .split_partition_queues(false)
+            .set("check.crcs", "false")
+            .validate()
+            .unwrap();
     }
 
     #[test]
