@@ -453,15 +453,7 @@ pub(crate) fn resolve<C, X>(
             cfg.retention_policy,
             cfg.new_partitions,
         );
-        if !stopped && d.anomaly.is_none() && position.is_some() {
-            // In range, and nothing says its fetcher stopped.
-            continue;
-        }
-        if !stopped && d.anomaly.is_none() && matches!(d.start, Some(Offset::End)) {
-            // Nothing taken yet, a start at the log end, and nothing says
-            // its fetcher stopped (statistics are off): librdkafka resolved
-            // the end when it assigned the partition. Restarting at today's
-            // end would skip the records produced since.
+        if !needs_restart(stopped, &d, position) {
             continue;
         }
         if let Some(Offset::Offset(o)) = d.start
@@ -540,6 +532,22 @@ pub(crate) fn resolve<C, X>(
             tracing::warn!(error = %e, "restarting stopped partitions failed; retrying at the next statistics report");
         }
     }
+}
+
+/// Whether a partition checked after an offset-reset error (`stopped`:
+/// statistics showed its fetcher stopped; else every partition is checked
+/// because statistics are off) is restarted, by its decision `d` and the
+/// position it continues at (`None` before it took a record and without a
+/// numeric start).
+fn needs_restart(stopped: bool, d: &Decision, position: Option<i64>) -> bool {
+    if stopped || d.anomaly.is_some() {
+        return true;
+    }
+    // In range, and nothing says its fetcher stopped: kept. Nothing taken
+    // yet and a start at the log end: librdkafka resolved the end when it
+    // assigned the partition, and a restart at today's end would skip the
+    // records produced since.
+    position.is_none() && !matches!(d.start, Some(Offset::End))
 }
 
 fn committed_offset<C: Consumer<X>, X: ConsumerContext>(
@@ -761,6 +769,29 @@ mod tests {
         let d = classify(None, Some(4), Some(9), Earliest, NewPartitionStart::Error);
         assert_eq!(d.start, None);
         assert_eq!(d.anomaly, Some(AnomalyKind::NoCommittedOffset));
+    }
+
+    #[test]
+    fn a_partition_that_took_nothing_is_not_restarted_at_todays_end() {
+        // Statistics off, auto.offset.reset=latest: another partition's
+        // offset-reset error makes every partition checked.
+        let fresh = classify(None, Some(0), Some(40), Earliest, NewPartitionStart::Latest);
+        assert_eq!(fresh.start, Some(Offset::End));
+        assert!(
+            !needs_restart(false, &fresh, None),
+            "would skip what arrived since the assignment"
+        );
+        // With its fetcher shown stopped, it is restarted.
+        assert!(needs_restart(true, &fresh, None));
+        // In range with a position: kept; an anomaly: restarted.
+        let kept = classify(Some(5), Some(0), Some(40), Earliest, E);
+        assert!(!needs_restart(false, &kept, Some(5)));
+        let above = classify(Some(90), Some(0), Some(40), Earliest, E);
+        assert!(needs_restart(false, &above, Some(90)));
+        // A new partition from the log start is restarted (harmless: it
+        // took nothing, and it may be stopped unseen).
+        let earliest = classify(None, Some(0), Some(40), Earliest, E);
+        assert!(needs_restart(false, &earliest, None));
     }
 
     #[test]
