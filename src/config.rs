@@ -9,7 +9,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, is_true};
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
 use crate::ordering::ProcessingOrder;
 use crate::slo::FreshnessObjective;
@@ -399,14 +399,6 @@ pub(crate) fn secret_fragments(properties: &[(String, String)]) -> Vec<String> {
     out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     out.dedup();
     out
-}
-
-/// `true` for what librdkafka reads as a true boolean property (`true`, `t`
-/// or `1`, case-insensitive); anything else is false or a value librdkafka
-/// rejects itself.
-pub(crate) fn is_true(value: &str) -> bool {
-    let v = value.trim();
-    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
 }
 
 pub(crate) fn redact_config_error(e: KafkaError) -> ConfigError {

@@ -153,3 +153,11 @@ impl RunError {
         matches!(self, RunError::Config(_))
     }
 }
+
+/// `true` for what librdkafka reads as a true boolean property (`true`, `t`
+/// or `1`, case-insensitive); anything else is false or a value librdkafka
+/// rejects itself. Here, below every module that validates properties.
+pub(crate) fn is_true(value: &str) -> bool {
+    let v = value.trim();
+    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
+}

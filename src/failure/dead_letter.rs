@@ -266,7 +266,7 @@ fn weakens_delivery(key: &str, value: &str) -> Option<&'static str> {
                  sent; 1: once the leader has it, lost with the leader)",
             )
         }
-        "enable.idempotence" if !crate::config::is_true(value) => Some(
+        "enable.idempotence" if !crate::error::is_true(value) => Some(
             "without idempotence a retried write can duplicate or reorder records, and \
              librdkafka then accepts acks other than all",
         ),
