@@ -27,6 +27,7 @@ mod health_view;
 mod offset_reset;
 mod partition;
 mod poll;
+mod queue;
 mod stats;
 mod tracker;
 mod watchdog;
