@@ -48,8 +48,9 @@
 //! - `engine/` (private, the only code that runs things): `mod.rs` wires a
 //!   run; `poll.rs` the poll loop and the bounded shutdown; `context.rs`
 //!   librdkafka's callbacks (rebalances through `offset_reset.rs` and
-//!   `assignment.rs`); `partition.rs` the per-partition worker (handler,
-//!   retries, event age); `tracker.rs` completed offsets; `commit.rs` the
+//!   `assignment.rs`); `worker/` the per-partition worker (handler,
+//!   retries, event age) over `partition.rs`, the partition's shared
+//!   state; `tracker.rs` completed offsets; `commit.rs` the
 //!   committer; `counters.rs` the [`RunSummary`]; `watchdog.rs`
 //!   poll-interval warnings; `stats.rs` librdkafka's statistics;
 //!   `health_view.rs` what health reads, and the health thread.

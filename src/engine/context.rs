@@ -14,12 +14,18 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Statistics, TopicPartitionList};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::engine::Engine;
 use crate::engine::commit::CommitCmd;
 use crate::engine::offset_reset::Plan;
-use crate::engine::partition::{PartitionState, QueueHandle, SplitQueue};
+use crate::engine::partition::PartitionState;
+use crate::engine::queue::QueueHandle;
+use crate::engine::shared::Engine;
+use crate::engine::worker::{self, SplitQueue};
 use crate::handler::Handler;
 use crate::health::hub::RebalanceKind;
+
+/// The engine's consumer: rust-rdkafka's stream consumer with the
+/// engine's callbacks.
+pub(crate) type Kafka<H> = rdkafka::consumer::StreamConsumer<Ctx<H>>;
 
 /// The consumer context: owns nothing but handles to the shared state.
 pub(crate) struct Ctx<H: Handler> {
@@ -401,7 +407,7 @@ impl<H: Handler> Ctx<H> {
                 _ => None,
             };
             let (state, worker) =
-                PartitionState::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
+                worker::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
             if let Some(entry) = plan.and_then(|p| p.entry(i, e.topic(), e.partition())) {
                 state.health.planned(
                     plan.map_or_else(Instant::now, |p| p.at),

@@ -15,10 +15,10 @@ use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use crate::engine::assignment::Assignment;
 use crate::engine::offset_reset::{self, Resets};
 use crate::engine::partition::PartitionState;
+use crate::engine::shared::Engine;
 use crate::health::EVAL_TICK;
 use crate::health::hub::HealthHub;
 use crate::health::partition::{PartitionHealth, lock};

@@ -9,15 +9,16 @@
 //!    `offset_reset.rs` (where each new partition starts) and
 //!    `assignment.rs` (the partition map and the commit gate), and splits
 //!    each new partition's queue off the main queue.
-//! 3. `partition.rs`: one worker task per partition reads its queue, runs
-//!    the handler (retries, timeouts, the exhausted-record decision of
+//! 3. `worker/`: one worker task per partition reads its queue, runs the
+//!    handler (retries, timeouts, the exhausted-record decision of
 //!    [`crate::failure`]), records the event age, and completes the offset
-//!    in `tracker.rs`.
+//!    in the partition's state (`partition.rs`, with `tracker.rs`).
 //! 4. `commit.rs`: the committer thread commits the next offset after each
 //!    partition's contiguous run of completed records.
 //! 5. Beside the path: `watchdog.rs` (poll-interval warnings), `stats.rs`
 //!    (librdkafka's statistics), `health_view.rs` (what health reads, and
-//!    the health thread), `counters.rs` (the run summary).
+//!    the health thread), `counters.rs` (the run summary); `shared.rs`
+//!    holds what the poll loop, the callbacks and the workers share.
 
 mod assignment;
 mod commit;
@@ -28,18 +29,19 @@ mod offset_reset;
 mod partition;
 mod poll;
 mod queue;
+mod shared;
 mod stats;
 mod tracker;
 mod watchdog;
+mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::MeterProvider;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -49,78 +51,20 @@ use crate::clock::WallClock;
 use crate::config::Settings;
 use crate::error::RunError;
 use crate::failure::dead_letter::DeadLetterWriter;
-use crate::failure::{Exhausted, OnExhausted, RetryPolicy};
+use crate::failure::{Exhausted, OnExhausted};
 use crate::handler::Handler;
-use crate::health::hub::{HealthHub, RunGuard};
+use crate::health::hub::RunGuard;
 use crate::health::view::EngineView;
 use crate::metrics::instruments::Instruments;
-use crate::ordering::ProcessingOrder;
 use crate::summary::RunSummary;
 use assignment::Assignment;
 use commit::Committer;
-use context::Ctx;
+use context::{Ctx, Kafka};
 use counters::Counters;
 use offset_reset::Resets;
-use partition::PartitionState;
 use poll::{PollLoop, Stop};
-use watchdog::PollClock;
-
-/// The longest the poll loop waits in one poll on an idle topic before it
-/// polls again. Polling on a tick keeps the poll-interval signal honest: a
-/// long gap means the loop could not run, not that the topic was quiet. The
-/// tick is shortened to a quarter of the warning threshold when that is less.
-pub(crate) const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
-
-type Kafka<H> = StreamConsumer<Ctx<H>>;
-
-/// Messages from workers to the poll loop.
-pub(crate) enum Ctrl {
-    /// A paused partition's buffer drained to half: refill it and resume.
-    Drained(Arc<PartitionState>),
-    /// A retry-tier partition's next record is not due yet (`true`): pause
-    /// it so nothing more is fetched meanwhile; or it is due now (`false`):
-    /// resume it (unless its buffer still holds it paused).
-    Hold(Arc<PartitionState>, bool),
-}
-
-/// The options the workers and the rebalance callbacks read.
-pub(crate) struct EngineSettings {
-    pub(crate) max_buffered_records: usize,
-    /// Split each partition's queue off the main queue at assignment.
-    pub(crate) split_partition_queues: bool,
-    pub(crate) processing_order: ProcessingOrder,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) handler_timeout: Option<Duration>,
-    pub(crate) revoke_timeout: Duration,
-    pub(crate) event_time_header: Option<String>,
-    /// Whether records are built with their headers (`read_headers`).
-    pub(crate) read_headers: bool,
-}
-
-/// What the poll loop, the rebalance callbacks and the partition workers
-/// share. The committer, the watchdog, the statistics ingest and the health
-/// thread get only the parts they use (each part is its own `Arc`); health
-/// reads the engine through [`EngineView`], weakly.
-pub(crate) struct Engine {
-    pub(crate) settings: EngineSettings,
-    pub(crate) assignment: Arc<Assignment>,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) committer: Arc<Committer>,
-    pub(crate) exhausted: Arc<Exhausted>,
-    pub(crate) instruments: Instruments,
-    pub(crate) poll_clock: Arc<PollClock>,
-    /// Wall-clock time for event ages, derived from `Instant` reads.
-    pub(crate) wall_clock: WallClock,
-    pub(crate) health: Arc<HealthHub>,
-    pub(crate) resets: Arc<Resets>,
-    pub(crate) runtime: Handle,
-    /// Cancelled when the consumer shuts down; every partition's stop token
-    /// is a child of it.
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
-    /// Traces (`None`: off, the default).
-    pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
-}
+use shared::{Engine, EngineSettings};
+use watchdog::{IDLE_POLL_TICK, PollClock};
 
 /// A thread of the engine could not be started.
 fn thread_error(e: std::io::Error) -> RunError {
@@ -238,7 +182,7 @@ where
     let _ = consumer.context().consumer.set(Arc::downgrade(&consumer));
     // With retry topics, the same consumer (and group) reads the tiers: a
     // tier record is handled by the same handler, no earlier than its due
-    // time (see `partition.rs`).
+    // time (see `worker/attempt.rs`).
     let topics: Vec<&str> = validated
         .topics
         .iter()

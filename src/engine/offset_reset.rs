@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::engine::IDLE_POLL_TICK;
 use crate::engine::assignment::Assignment;
 use crate::engine::partition::PartitionState;
+use crate::engine::watchdog::IDLE_POLL_TICK;
 use crate::health::RetentionOverrunPolicy;
 use crate::health::hub::HealthHub;
 use crate::health::partition::{AnomalyKind, OffsetAnomaly};

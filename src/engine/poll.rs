@@ -18,8 +18,9 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use crate::engine::commit::CommitCmd;
 use crate::engine::context::Ctx;
+use crate::engine::context::Kafka;
 use crate::engine::partition::PartitionState;
-use crate::engine::{Ctrl, Engine, Kafka};
+use crate::engine::shared::{Ctrl, Engine};
 use crate::handler::Handler;
 use crate::record::Record;
 use crate::summary::RunSummary;
@@ -44,9 +45,9 @@ pub(crate) enum Stop {
 /// The poll loop's view of one assigned partition.
 struct Slot {
     state: Arc<PartitionState>,
-    /// Records taken from librdkafka in the current drain, with their event
-    /// time (ms), not yet handed to the worker.
-    staged: Vec<(Record, i64)>,
+    /// Records taken from librdkafka in the current drain, not yet handed
+    /// to the worker.
+    staged: Vec<Record>,
     /// Records fetched while the worker's buffer was full (the partition is
     /// paused meanwhile, or about to be); handed over in order before
     /// anything newer.
@@ -206,15 +207,10 @@ impl<H: Handler> PollLoop<H> {
             self.engine.settings.read_headers,
         );
         drop(message);
-        // The event time is kept with the offset for the head-of-line age.
-        let event_ms = crate::record::event_time_ms(
-            self.engine.settings.event_time_header.as_deref(),
-            &record,
-        );
         if slot.staged.is_empty() {
             self.staged.push(Arc::clone(&slot.state));
         }
-        slot.staged.push((record, event_ms));
+        slot.staged.push(record);
     }
 
     /// Hands the staged records to their workers: per partition, one tracker
@@ -234,14 +230,12 @@ impl<H: Handler> PollLoop<H> {
             let mut batch = std::mem::take(&mut slot.staged);
             state.metrics.consumed(batch.len() as u64);
             {
-                // A record at or below the last delivered offset was fetched
-                // again after the library restarted the partition (an offset
-                // reset): its worker has it already.
-                let mut tracker = state.tracker.lock().unwrap_or_else(|e| e.into_inner());
-                batch.retain(|(r, event_ms)| tracker.delivered_at(r.offset(), *event_ms));
+                let mut delivery =
+                    state.delivery(self.engine.settings.event_time_header.as_deref());
+                batch.retain(|r| delivery.is_new(r));
             }
             let mut closed = 0u64;
-            for (record, _) in batch.drain(..) {
+            for record in batch.drain(..) {
                 if !slot.overflow.is_empty() {
                     slot.overflow.push_back(record);
                     continue;

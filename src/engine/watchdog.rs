@@ -7,6 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::instruments::Instruments;
 
+/// The longest the poll loop waits in one poll on an idle topic before it
+/// polls again. Polling on a tick keeps the poll-interval signal honest: a
+/// long gap means the loop could not run, not that the topic was quiet. The
+/// tick is shortened to a quarter of the warning threshold when that is less.
+pub(crate) const IDLE_POLL_TICK: Duration = Duration::from_secs(1);
+
 /// When the poll loop last polled librdkafka.
 pub(crate) struct PollClock {
     origin: Instant,

@@ -1,0 +1,71 @@
+//! What the poll loop, the rebalance callbacks and the partition workers
+//! share: the engine's parts and settings, and the workers' messages to the
+//! poll loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::WallClock;
+use crate::engine::assignment::Assignment;
+use crate::engine::commit::Committer;
+use crate::engine::counters::Counters;
+use crate::engine::offset_reset::Resets;
+use crate::engine::partition::PartitionState;
+use crate::engine::watchdog::PollClock;
+use crate::failure::{Exhausted, RetryPolicy};
+use crate::health::hub::HealthHub;
+use crate::metrics::instruments::Instruments;
+use crate::ordering::ProcessingOrder;
+
+/// Messages from workers to the poll loop.
+pub(crate) enum Ctrl {
+    /// A paused partition's buffer drained to half: refill it and resume.
+    Drained(Arc<PartitionState>),
+    /// A retry-tier partition's next record is not due yet (`true`): pause
+    /// it so nothing more is fetched meanwhile; or it is due now (`false`):
+    /// resume it (unless its buffer still holds it paused).
+    Hold(Arc<PartitionState>, bool),
+}
+
+/// The options the workers and the rebalance callbacks read.
+pub(crate) struct EngineSettings {
+    pub(crate) max_buffered_records: usize,
+    /// Split each partition's queue off the main queue at assignment.
+    pub(crate) split_partition_queues: bool,
+    pub(crate) processing_order: ProcessingOrder,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) handler_timeout: Option<Duration>,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) event_time_header: Option<String>,
+    /// Whether records are built with their headers (`read_headers`).
+    pub(crate) read_headers: bool,
+}
+
+/// What the poll loop, the rebalance callbacks and the partition workers
+/// share. The committer, the watchdog, the statistics ingest and the health
+/// thread get only the parts they use (each part is its own `Arc`); health
+/// reads the engine through [`EngineView`], weakly.
+pub(crate) struct Engine {
+    pub(crate) settings: EngineSettings,
+    pub(crate) assignment: Arc<Assignment>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) committer: Arc<Committer>,
+    pub(crate) exhausted: Arc<Exhausted>,
+    pub(crate) instruments: Instruments,
+    pub(crate) poll_clock: Arc<PollClock>,
+    /// Wall-clock time for event ages, derived from `Instant` reads.
+    pub(crate) wall_clock: WallClock,
+    pub(crate) health: Arc<HealthHub>,
+    pub(crate) resets: Arc<Resets>,
+    pub(crate) runtime: Handle,
+    /// Cancelled when the consumer shuts down; every partition's stop token
+    /// is a child of it.
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
+    /// Traces (`None`: off, the default).
+    pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
+}

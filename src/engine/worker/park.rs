@@ -1,0 +1,309 @@
+//! Where a record whose attempts ran out goes, and how long a retry-tier
+//! record waits: the partition's blocked state, the dead-letter and
+//! retry-tier writes (retried until the broker acknowledges them), and the
+//! due-time wait of a tier record with its partition paused.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use crate::engine::shared::Ctrl;
+use crate::failure::dead_letter::{self, DeadLetterWriter, Destination, FailureInfo, Origin};
+use crate::handler::Handler;
+use crate::record::Record;
+use crate::trace::{AttemptSpan, Outcome};
+
+use super::task::{Done, Worker};
+
+/// One record's share of its partition's blocked state: set while the
+/// record's attempts ran out and it is neither handled nor parked. Cleared
+/// when the record moves on, or dropped with it.
+pub(super) struct BlockGuard<'a, H> {
+    pub(super) worker: &'a Worker<H>,
+    pub(super) blocked: bool,
+}
+
+impl<H> BlockGuard<'_, H> {
+    pub(super) fn block(&mut self) {
+        if std::mem::replace(&mut self.blocked, true) {
+            return;
+        }
+        if self.worker.blocked.fetch_add(1, Ordering::AcqRel) == 0 {
+            let now = SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(1)
+                .max(1);
+            let state = &self.worker.state;
+            if state
+                .blocked_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                state.metrics.blocked(true);
+            }
+        }
+    }
+
+    pub(super) fn unblock(&mut self) {
+        if !std::mem::replace(&mut self.blocked, false) {
+            return;
+        }
+        if self.worker.blocked.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let state = &self.worker.state;
+            if state.blocked_since.swap(0, Ordering::AcqRel) != 0 {
+                state.metrics.blocked(false);
+            }
+        }
+    }
+}
+
+impl<H> Drop for BlockGuard<'_, H> {
+    fn drop(&mut self) {
+        self.unblock();
+    }
+}
+
+impl<H: Handler> Worker<H> {
+    /// Writes a record whose attempts ran out to `topic` (its dead-letter
+    /// topic or its next retry tier) with [`Self::write_out`], the written
+    /// record continuing the process span's trace, and ends the span with
+    /// the outcome.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn write_failed(
+        &self,
+        writer: &DeadLetterWriter,
+        record: &Record,
+        origin: &Option<Origin>,
+        failure: &FailureInfo,
+        topic: String,
+        to: To,
+        span: AttemptSpan<'_>,
+        blocked: &mut BlockGuard<'_, H>,
+    ) -> Done {
+        let origin = origin.clone().unwrap_or_else(|| Origin::of(record));
+        let out = Outgoing {
+            origin: &origin,
+            failure,
+            topic,
+            to,
+        };
+        let headers = span.headers();
+        let done = self.write_out(writer, record, out, blocked, &headers).await;
+        span.end(match (&done, to) {
+            (Done::Stopped, _) => Outcome::Stopped,
+            (_, To::DeadLetter) => Outcome::DeadLettered,
+            (_, To::Tier { .. }) => Outcome::RetryTier,
+        });
+        done
+    }
+
+    /// Writes `record` to its dead-letter topic or its next retry tier,
+    /// retrying the write at the capped backoff until the broker
+    /// acknowledges it; only then is the record's offset committable. The
+    /// partition counts as blocked while a write fails.
+    pub(super) async fn write_out(
+        &self,
+        writer: &DeadLetterWriter,
+        record: &Record,
+        out: Outgoing<'_>,
+        blocked: &mut BlockGuard<'_, H>,
+        trace_headers: &[(String, String)],
+    ) -> Done {
+        let Outgoing {
+            origin,
+            failure,
+            topic,
+            to,
+        } = out;
+        let mut write_attempt: u32 = 0;
+        loop {
+            write_attempt += 1;
+            let destination = match to {
+                To::DeadLetter => Destination::DeadLetter,
+                // Due a tier's delay after this write.
+                To::Tier { tier, delay } => {
+                    let written_ms = crate::record::unix_ms(SystemTime::now());
+                    Destination::Tier {
+                        tier,
+                        written_ms,
+                        due_ms: written_ms.saturating_add(delay.as_millis() as i64),
+                    }
+                }
+            };
+            let sent = tokio::select! {
+                biased;
+                _ = self.state.stop.cancelled() => return Done::Stopped,
+                r = writer.write(record, origin, &topic, failure, destination, trace_headers) => r,
+            };
+            match sent {
+                Ok(()) => {
+                    match to {
+                        To::Tier { tier, .. } => self.state.metrics.retry_tier_written(tier, None),
+                        To::DeadLetter => self.state.metrics.dead_lettered(None),
+                    }
+                    blocked.unblock();
+                    if self.state.revoked.load(Ordering::Acquire) {
+                        // Written, but the partition moved on: its new owner
+                        // will handle the record again (at-least-once).
+                        self.engine.counters.late_completion();
+                        return Done::Late;
+                    }
+                    let moved = match to {
+                        To::Tier { tier, delay } => {
+                            tracing::info!(
+                                topic = %self.state.topic,
+                                partition = self.state.partition,
+                                offset = record.offset(),
+                                attempts = failure.attempts,
+                                error.type = failure.error_type,
+                                retry_topic = %topic,
+                                tier,
+                                retry_in = ?delay,
+                                "record moved to a retry tier; its partition moves on"
+                            );
+                            &self.engine.counters.retried
+                        }
+                        To::DeadLetter => {
+                            tracing::warn!(
+                                topic = %self.state.topic,
+                                partition = self.state.partition,
+                                offset = record.offset(),
+                                attempts = failure.attempts,
+                                error.type = failure.error_type,
+                                dead_letter_topic = %topic,
+                                retried = !origin.history.is_empty(),
+                                "record dead-lettered after its last attempt"
+                            );
+                            &self.engine.counters.dead_lettered
+                        }
+                    };
+                    moved.fetch_add(1, Ordering::Relaxed);
+                    self.complete(record.offset());
+                    return Done::Completed { succeeded_at: None };
+                }
+                Err(e) => {
+                    let name = crate::metrics::instruments::kafka_error_name_of(&e);
+                    match to {
+                        To::Tier { tier, .. } => {
+                            self.state.metrics.retry_tier_written(tier, Some(name))
+                        }
+                        To::DeadLetter => self.state.metrics.dead_lettered(Some(name)),
+                    }
+                    blocked.block();
+                    let delay = self.engine.settings.retry.delay(write_attempt);
+                    let what = match to {
+                        To::Tier { .. } => "retry tier",
+                        To::DeadLetter => "dead-letter topic",
+                    };
+                    tracing::error!(
+                        topic = %self.state.topic,
+                        partition = self.state.partition,
+                        offset = record.offset(),
+                        destination = %topic,
+                        error = %e,
+                        retry_in = ?delay,
+                        "writing to the {what} failed; the record stays uncommitted and the write is retried"
+                    );
+                    if !self.sleep(delay).await {
+                        return Done::Stopped;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until `due_ms` (ms since the Unix epoch, wall clock) has
+    /// passed, with the partition paused meanwhile ([`Ctrl::Hold`]), unless
+    /// the partition is stopped first. Returns `false` when stopped. The
+    /// worker's task waits on a timer: the poll loop and every other
+    /// partition go on, and `max.poll.interval.ms` is not at stake.
+    pub(super) async fn wait_until_due(&self, due_ms: i64) -> bool {
+        let mut hold: Option<HoldGuard<'_, H>> = None;
+        loop {
+            let now = crate::record::unix_ms(SystemTime::now());
+            if now >= due_ms {
+                return true;
+            }
+            if hold.is_none() {
+                tracing::debug!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    wait_ms = due_ms - now,
+                    "retry-tier record not due yet; pausing the partition until it is"
+                );
+                hold = Some(HoldGuard::new(self));
+            }
+            // Whole milliseconds, then checked again: never early.
+            let wait = Duration::from_millis((due_ms - now) as u64);
+            if !self.sleep(wait).await {
+                return false;
+            }
+        }
+    }
+}
+
+/// The due time of a record read from a retry tier, ms since the Unix
+/// epoch: its [`RETRY_DUE`](dead_letter::RETRY_DUE) header, or (written
+/// there without one) its timestamp plus the tier's `delay`, or now.
+pub(super) fn due_ms(record: &Record, delay: Duration) -> i64 {
+    record
+        .header(dead_letter::RETRY_DUE)
+        .flatten()
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or_else(|| {
+            record
+                .timestamp()
+                .millis()
+                .map(|ms| ms.saturating_add(delay.as_millis() as i64))
+        })
+        .unwrap_or(0)
+}
+
+/// Where [`Worker::write_out`] writes a record.
+#[derive(Clone, Copy)]
+pub(super) enum To {
+    DeadLetter,
+    Tier { tier: usize, delay: Duration },
+}
+
+/// A write of a failed record: from where, after which failure, to which
+/// topic.
+pub(super) struct Outgoing<'a> {
+    pub(super) origin: &'a Origin,
+    pub(super) failure: &'a FailureInfo,
+    pub(super) topic: String,
+    pub(super) to: To,
+}
+
+/// One waiting record's share of its retry-tier partition's pause: the
+/// partition is paused while any record holds one (several can with
+/// [`ProcessingOrder::Key`]).
+pub(super) struct HoldGuard<'a, H> {
+    worker: &'a Worker<H>,
+}
+
+impl<'a, H> HoldGuard<'a, H> {
+    pub(super) fn new(worker: &'a Worker<H>) -> Self {
+        if worker.state.held.fetch_add(1, Ordering::AcqRel) == 0 {
+            let _ = worker
+                .engine
+                .ctrl_tx
+                .send(Ctrl::Hold(Arc::clone(&worker.state), true));
+        }
+        HoldGuard { worker }
+    }
+}
+
+impl<H> Drop for HoldGuard<'_, H> {
+    fn drop(&mut self) {
+        let w = self.worker;
+        if w.state.held.fetch_sub(1, Ordering::AcqRel) == 1 && !w.state.stop.is_cancelled() {
+            let _ = w
+                .engine
+                .ctrl_tx
+                .send(Ctrl::Hold(Arc::clone(&w.state), false));
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The worker's own state, shared by its loops, its attempts and its
+//! write-outs: the partition and engine it works for, the handler, and
+//! what it counts before adding to the shared counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::engine::partition::PartitionState;
+use crate::engine::shared::Engine;
+use crate::handler::Handler;
+use crate::record::{EventTime, Record};
+
+pub(super) struct Worker<H> {
+    pub(super) state: Arc<PartitionState>,
+    pub(super) engine: Arc<Engine>,
+    pub(super) handler: Arc<H>,
+    /// Records of this partition blocked now: at most one in partition
+    /// order, one per key lane in key order. `blocked_since` is set while it
+    /// is above 0. Only the worker's task touches it.
+    pub(super) blocked: AtomicUsize,
+    /// Successes not yet added to the shared counters (only this worker's
+    /// task touches it).
+    pub(super) unflushed: AtomicU64,
+    /// Records read from the partition's own queue not yet added to the
+    /// shared `received` counter.
+    pub(super) unflushed_received: AtomicU64,
+    /// A reposition was needed and librdkafka did not confirm it: its
+    /// position may be past records the worker never took, so it is not
+    /// trusted to pass transaction markers ([`Worker::pass_markers`]) until
+    /// a seek succeeds.
+    pub(super) position_doubtful: AtomicBool,
+    /// Dropped when the worker ends, after every handler call it started.
+    pub(super) _done: std::sync::mpsc::Sender<()>,
+}
+
+/// A worker adds its successes to the shared counters at least every this
+/// many records.
+pub(super) const FLUSH_EVERY: u64 = 64;
+
+/// How [`Worker::handle_until_done`] left a record.
+pub(super) enum Done {
+    /// Succeeded, parked or given up: its offset is committable.
+    /// `succeeded_at` is the clock reading at the end of a successful
+    /// attempt (`None` for a parked or given-up record).
+    Completed { succeeded_at: Option<Instant> },
+    /// The worker must stop (revoked, shutting down) with the record
+    /// neither handled nor parked: counted as unassigned (redelivered to
+    /// the next owner).
+    Stopped,
+    /// The handler succeeded after the partition was revoked: counted as a
+    /// late completion (redelivered to the next owner too).
+    Late,
+}
+
+impl<H: Handler> Worker<H> {
+    /// Marks `offset` completed: parked or given up (a success is counted
+    /// in bulk, see `flush_counts`).
+    pub(super) fn complete(&self, offset: i64) {
+        self.state.completed(offset, &self.engine.committer.queue);
+        self.engine.committer.records_completed(1);
+    }
+
+    /// Adds the successes counted since the last flush to the shared
+    /// counters (the run summary, the storm guard, the commit-by-count
+    /// trigger). Called when the worker's buffer runs empty, every
+    /// [`FLUSH_EVERY`] records, before a failed record is decided on, and
+    /// when the worker ends.
+    pub(super) fn flush_counts(&self) {
+        let received = self.unflushed_received.swap(0, Ordering::Relaxed);
+        if received > 0 {
+            self.state.metrics.consumed(received);
+            self.engine
+                .counters
+                .received
+                .fetch_add(received, Ordering::Relaxed);
+        }
+        let n = self.unflushed.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            self.engine.counters.succeeded(n);
+            self.engine.committer.records_completed(n as usize);
+        }
+    }
+
+    /// Sleeps unless the partition is stopped first. Returns `false` when
+    /// stopped.
+    pub(super) async fn sleep(&self, delay: Duration) -> bool {
+        tokio::select! {
+            biased;
+            _ = self.state.stop.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    pub(super) fn event_time(&self, record: &Record) -> EventTime {
+        EventTime::of(self.engine.settings.event_time_header.as_deref(), record)
+    }
+}
