@@ -84,6 +84,8 @@ pub(crate) struct Settings {
     pub(crate) health: crate::health::hub::HealthSettings,
     /// Traces: the tracer provider (none: off) and its options.
     pub(crate) trace: crate::trace::TraceSettings,
+    /// Batches for a batch handler (`None`: one record per handler call).
+    pub(crate) batch: Option<crate::handler::BatchSettings>,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -130,6 +132,7 @@ impl Default for Settings {
             processing_order: ProcessingOrder::Partition,
             health: crate::health::hub::HealthSettings::default(),
             trace: crate::trace::TraceSettings::default(),
+            batch: None,
         }
     }
 }
@@ -215,6 +218,21 @@ impl Settings {
         }
         if let Err(reason) = self.processing_order.validate() {
             return Err(invalid("processing_order", reason));
+        }
+        if let Some(batch) = &self.batch {
+            if batch.max_records == 0 {
+                return Err(invalid("max_batch_records", "must be at least 1"));
+            }
+            if batch.max_wait.is_zero() {
+                return Err(invalid("max_batch_wait", "must be more than zero"));
+            }
+            if matches!(self.processing_order, ProcessingOrder::Key { max_in_flight } if max_in_flight > 1)
+            {
+                return Err(invalid(
+                    "processing_order",
+                    "a batch handler takes a partition's records in offset order: key order cannot be combined with it",
+                ));
+            }
         }
         if self.commit_interval.is_zero() {
             return Err(invalid("commit_interval", "must be more than zero"));
@@ -343,6 +361,16 @@ impl Settings {
         if self.revoke_timeout >= max_poll_interval {
             return Err(invalid(
                 "revoke_timeout",
+                "must be below max.poll.interval.ms",
+            ));
+        }
+        if self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.max_wait >= max_poll_interval)
+        {
+            return Err(invalid(
+                "max_batch_wait",
                 "must be below max.poll.interval.ms",
             ));
         }

@@ -10,7 +10,10 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use crate::config::{RedactedProperties, Settings};
 use crate::error::{ConfigError, RunError};
 use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
-use crate::handler::Handler;
+use crate::handler::{
+    BatchHandler, BatchSettings, Batched, DEFAULT_MAX_BATCH_RECORDS, DEFAULT_MAX_BATCH_WAIT,
+    Handler,
+};
 use crate::health::{HealthHandle, HealthThresholds, RetentionOverrunPolicy};
 use crate::ordering::ProcessingOrder;
 use crate::slo::FreshnessObjective;
@@ -452,6 +455,76 @@ impl<H> FreshConsumer<H> {
     }
 }
 
+impl<B: BatchHandler> FreshConsumer<Batched<B>> {
+    /// Starts building a consumer that runs `handler` once per **batch**:
+    /// up to [`max_batch_records`](Self::max_batch_records) records of one
+    /// partition in offset order (see [`Batch`](crate::Batch)), gathered
+    /// from what the partition's queue already holds and, when that is
+    /// fewer, for at most [`max_batch_wait`](Self::max_batch_wait) after
+    /// the batch's first record. Batches of different partitions run
+    /// concurrently; each partition's one at a time.
+    ///
+    /// `handler` is an async function or closure taking a
+    /// [`Batch`](crate::Batch) and returning `Result<(), E>` with
+    /// `E: Into<BatchError>`, or any type implementing
+    /// [`BatchHandler`](crate::BatchHandler). Every setter of
+    /// [`FreshConsumer::new`] applies; [`ProcessingOrder::Key`] cannot be
+    /// combined with batches (a [`ConfigError`] at `validate`/`run`).
+    ///
+    /// ```no_run
+    /// use fresh_consumer::{Batch, BatchError, FreshConsumer};
+    ///
+    /// async fn write(batch: Batch) -> Result<(), BatchError> {
+    ///     // One database transaction for the whole batch.
+    ///     println!("{} records up to offset {}", batch.len(), batch.last_offset());
+    ///     Ok(())
+    /// }
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// FreshConsumer::batched(write)
+    ///     .bootstrap_servers("localhost:9092")
+    ///     .group_id("orders-sink")
+    ///     .topics(["orders"])
+    ///     .max_batch_records(1_000)
+    ///     .max_batch_wait(std::time::Duration::from_millis(50))
+    ///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batched(handler: B) -> Self {
+        let handler = Batched::new(handler);
+        let mut consumer = FreshConsumer::new(handler);
+        consumer.settings.batch = Some(BatchSettings {
+            call: consumer.handler.call(),
+            max_records: DEFAULT_MAX_BATCH_RECORDS,
+            max_wait: DEFAULT_MAX_BATCH_WAIT,
+        });
+        consumer
+    }
+
+    /// The most records in one batch. Defaults to
+    /// [`DEFAULT_MAX_BATCH_RECORDS`] (500). Must be at least 1.
+    pub fn max_batch_records(mut self, records: usize) -> Self {
+        if let Some(b) = &mut self.settings.batch {
+            b.max_records = records;
+        }
+        self
+    }
+
+    /// How long a batch waits for more records after its first one, when
+    /// fewer than [`max_batch_records`](Self::max_batch_records) are ready
+    /// (it never waits when the partition's queue holds a full batch).
+    /// Defaults to [`DEFAULT_MAX_BATCH_WAIT`] (20 ms). Must be more than
+    /// zero and less than `max.poll.interval.ms`. The wait adds to the
+    /// event age of a batch's first records at low rates.
+    pub fn max_batch_wait(mut self, wait: Duration) -> Self {
+        if let Some(b) = &mut self.settings.batch {
+            b.max_wait = wait;
+        }
+        self
+    }
+}
+
 impl<H: Handler> FreshConsumer<H> {
     /// Runs the consumer until the process ends (or a fatal Kafka error).
     ///
@@ -511,6 +584,7 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("event_time_header", &s.event_time_header)
             .field("read_headers", &s.read_headers)
             .field("trace", &s.trace)
+            .field("batch", &s.batch)
             .finish_non_exhaustive()
     }
 }

@@ -134,7 +134,10 @@ pub use failure::{
     DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
     Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
 };
-pub use handler::{BoxError, Handler};
+pub use handler::{
+    Batch, BatchError, BatchHandler, Batched, BoxError, DEFAULT_MAX_BATCH_RECORDS,
+    DEFAULT_MAX_BATCH_WAIT, Handler,
+};
 pub use health::{
     ConsumerState, DEFAULT_LAG_GROWTH_WINDOW, DEFAULT_NO_SUCCESS_AFTER, DEFAULT_REPORT_EVENTS_FOR,
     DEFAULT_STALL_AFTER, DEFAULT_STATISTICS_INTERVAL, HealthHandle, HealthReason, HealthSnapshot,

@@ -78,6 +78,10 @@ pub const MESSAGING_KAFKA_OFFSET: &str = "messaging.kafka.offset";
 /// [`trace_message_key(true)`](crate::FreshConsumer::trace_message_key):
 /// keys may carry personal data.
 pub const MESSAGING_KAFKA_MESSAGE_KEY: &str = "messaging.kafka.message.key";
+/// Span attribute `messaging.batch.message_count`: the records a batch
+/// handler's process span covers (int; only on batch spans, see
+/// [`FreshConsumer::batched`](crate::FreshConsumer::batched)).
+pub const MESSAGING_BATCH_MESSAGE_COUNT: &str = "messaging.batch.message_count";
 /// Span attribute `fresh_consumer.attempt`: the handler attempt this span
 /// covers, 1 for the first (int).
 pub const ATTEMPT: &str = "fresh_consumer.attempt";
@@ -300,6 +304,51 @@ impl<'a> RecordTrace<'a> {
             };
             let span = builder.start_with_context(&tracing.tracer, &parent);
             (parent.with_span(span), *t)
+        }))
+    }
+}
+
+/// One batch's tracing, across its attempts: each record's producer
+/// context is read once. Without tracing (`None`) every method does
+/// nothing.
+pub(crate) struct BatchTrace<'a>(Option<(&'a PartitionTrace, Vec<Link>)>);
+
+impl<'a> BatchTrace<'a> {
+    /// Reads the producer context of each of `records` when `trace` is
+    /// given.
+    pub(crate) fn new(trace: Option<&'a PartitionTrace>, records: &[Record]) -> Self {
+        BatchTrace(trace.map(|t| {
+            let links = records
+                .iter()
+                .filter_map(|r| t.extract(r))
+                .map(Link::with_context)
+                .collect();
+            (t, links)
+        }))
+    }
+
+    /// Starts the process span of attempt `attempt` (1-based) of a batch of
+    /// `len` records starting at offset `first`: one span for the batch,
+    /// linked to each record's producer span (a batch span is never a
+    /// child of one producer, with either [`ProducerContext`], as the
+    /// messaging conventions advise for batches), with
+    /// [`MESSAGING_BATCH_MESSAGE_COUNT`] and the first record's offset.
+    pub(crate) fn attempt(&self, first: i64, len: usize, attempt: u32) -> AttemptSpan<'a> {
+        AttemptSpan(self.0.as_ref().map(|(t, links)| {
+            let tracing = &*t.tracing;
+            let mut attributes = Vec::with_capacity(t.attributes.len() + 3);
+            attributes.extend_from_slice(&t.attributes);
+            attributes.push(KeyValue::new(MESSAGING_KAFKA_OFFSET, first));
+            attributes.push(KeyValue::new(MESSAGING_BATCH_MESSAGE_COUNT, len as i64));
+            attributes.push(KeyValue::new(ATTEMPT, i64::from(attempt)));
+            let span = tracing
+                .tracer
+                .span_builder(t.name.clone())
+                .with_kind(SpanKind::Consumer)
+                .with_attributes(attributes)
+                .with_links(links.clone())
+                .start_with_context(&tracing.tracer, &Context::new());
+            (Context::new().with_span(span), *t)
         }))
     }
 }

@@ -139,6 +139,7 @@ where
             revoke_timeout: settings.revoke_timeout,
             event_time_header: settings.event_time_header.clone(),
             read_headers: settings.read_headers,
+            batch: settings.batch.clone(),
         },
         committer: Arc::new(Committer::new(
             Arc::clone(&assignment),

@@ -114,6 +114,23 @@ impl PartitionState {
         }
     }
 
+    /// [`Self::completed`] for several offsets, under one lock.
+    pub(crate) fn completed_all(
+        self: &Arc<Self>,
+        offsets: impl IntoIterator<Item = i64>,
+        queue: &CommitQueue,
+    ) {
+        let advanced = {
+            let mut tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            offsets
+                .into_iter()
+                .fold(false, |advanced, o| tracker.completed(o) | advanced)
+        };
+        if advanced {
+            self.queue_commit(queue);
+        }
+    }
+
     /// Starts tracking again at `offset` when it is below the next offset
     /// to take (see [`OffsetTracker::restart_at`]): the member's last
     /// commit is forgotten too, so the new log's offsets are committed

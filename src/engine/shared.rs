@@ -17,6 +17,7 @@ use crate::engine::offset_reset::Resets;
 use crate::engine::partition::PartitionState;
 use crate::engine::watchdog::PollClock;
 use crate::failure::{Exhausted, RetryPolicy};
+use crate::handler::BatchSettings;
 use crate::health::hub::HealthHub;
 use crate::metrics::instruments::Instruments;
 use crate::ordering::ProcessingOrder;
@@ -43,6 +44,8 @@ pub(crate) struct EngineSettings {
     pub(crate) event_time_header: Option<String>,
     /// Whether records are built with their headers (`read_headers`).
     pub(crate) read_headers: bool,
+    /// Batches for a batch handler (`None`: one record per handler call).
+    pub(crate) batch: Option<BatchSettings>,
 }
 
 /// What the poll loop, the rebalance callbacks and the partition workers

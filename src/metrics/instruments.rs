@@ -21,6 +21,7 @@ pub(crate) struct Instruments {
     process_duration: Histogram<f64>,
     consumed: Counter<u64>,
     batch_duration: Histogram<f64>,
+    batch_messages: Histogram<u64>,
     poll_interval: Histogram<f64>,
     poll_warnings: Counter<u64>,
     poll_exceeded: Counter<u64>,
@@ -115,6 +116,12 @@ impl Instruments {
                 "Duration of a run of one partition's records handled back to back.",
                 DURATION_BOUNDARIES,
             ),
+            batch_messages: meter
+                .u64_histogram(BATCH_MESSAGES)
+                .with_unit("{message}")
+                .with_description("Records per call of a batch handler.")
+                .with_boundaries(BATCH_MESSAGES_BOUNDARIES.to_vec())
+                .build(),
             poll_interval: hist(
                 POLL_INTERVAL,
                 "Gap between two polls of librdkafka by the poll loop.",
@@ -597,6 +604,11 @@ impl PartitionInstruments {
 
     pub(crate) fn batch(&self, took: Duration) {
         self.batch.get().record(took.as_secs_f64());
+    }
+
+    /// A batch handler was called with `records` records.
+    pub(crate) fn batch_handled(&self, records: usize) {
+        self.i.batch_messages.record(records as u64, &self.base);
     }
 
     /// The success path's instrumentation, after a handler attempt

@@ -54,6 +54,21 @@ pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
 /// | histogram (f64) | `s` | partition attributes |
 pub const BATCH_DURATION: &str = "fresh_consumer.batch.duration";
 
+/// Records per call of a batch handler
+/// ([`FreshConsumer::batched`](crate::FreshConsumer::batched)): the size
+/// of every batch handed to the handler, retried ones and batches of one
+/// included (a record that failed in a batch is retried as a batch of
+/// one). Not recorded for per-record handlers.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (u64) | `{message}` | partition attributes |
+///
+/// Boundaries: [`BATCH_MESSAGES_BOUNDARIES`]. The batch's
+/// [`PROCESS_DURATION`] is recorded once per call, and its process span
+/// carries the count as `messaging.batch.message_count`.
+pub const BATCH_MESSAGES: &str = "fresh_consumer.handler.batch.messages";
+
 /// Gap between two polls of librdkafka by the library's poll loop.
 ///
 /// | instrument | unit | attributes |
@@ -621,6 +636,13 @@ pub const EVENT_AGE_BOUNDARIES: &[f64] = &[
 /// and count stay exact).
 pub const MESSAGING_DURATION_BOUNDARIES: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
+/// Explicit bucket boundaries of [`BATCH_MESSAGES`], in records: 1 to
+/// 10,000 in 1-2-5 steps (a full batch of the default 500 records lands in
+/// its own bucket).
+pub const BATCH_MESSAGES_BOUNDARIES: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
 ];
 
 /// Explicit bucket boundaries of the library's own duration histograms

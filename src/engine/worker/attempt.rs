@@ -3,6 +3,7 @@
 //! span, and the decision of the exhausted-record policy when its attempts
 //! run out.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
@@ -10,59 +11,87 @@ use std::time::{Instant, SystemTime};
 use futures_util::FutureExt;
 
 use crate::failure::Decision;
-use crate::failure::dead_letter::{FailureInfo, Origin};
+use crate::failure::dead_letter::FailureInfo;
 use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::metrics::instruments::AttemptError;
-use crate::record::{EventTime, Record};
-use crate::trace::{Outcome, RecordTrace};
+use crate::record::Record;
+use crate::trace::{AttemptSpan, Outcome, RecordTrace};
 
-use super::park::{BlockGuard, To, due_ms};
+use super::park::{BlockGuard, To};
 use super::task::{Done, Worker};
 
-enum Attempt {
+/// What one handler attempt gave.
+pub(super) enum Attempt {
     Succeeded,
     Failed(AttemptError, BoxError),
 }
 
+/// A failed attempt made before [`Worker::attempt_until_done`] took the
+/// record over: the batch call that named the record as the first that
+/// failed. It counts as the record's first attempt.
+pub(super) struct PriorFailure {
+    pub(super) kind: AttemptError,
+    pub(super) error: BoxError,
+}
+
 impl<H: Handler> Worker<H> {
+    /// Runs one handler call (`call`, a record's or a batch's) inside
+    /// `span`, with the handler timeout: the call's own result, or the
+    /// failure of a call that panicked or timed out.
+    pub(super) async fn guarded<F, T>(
+        &self,
+        span: &AttemptSpan<'_>,
+        call: impl FnOnce() -> F,
+    ) -> Result<T, (AttemptError, BoxError)>
+    where
+        F: Future<Output = T>,
+    {
+        // `call` is called inside the async block, so a handler that
+        // panics before returning its future (a closure doing its work
+        // synchronously) is caught like one that panics while polled.
+        let run = span.instrument(AssertUnwindSafe(async { call().await }).catch_unwind());
+        let panicked = |panic| (AttemptError::Panic, panic_message(panic).into());
+        match self.engine.settings.handler_timeout {
+            None => run.await.map_err(panicked),
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(result) => result.map_err(panicked),
+                Err(_) => Err((
+                    AttemptError::Timeout,
+                    format!("handler did not finish within {limit:?}").into(),
+                )),
+            },
+        }
+    }
+
     /// Runs the handler on `record` until it succeeds or is parked (dead
     /// letter) or given up (skip), or the worker must stop (revoked or
     /// shutting down) with the record neither. `start` is the clock reading
     /// to start the first attempt at (the caller's, when it has one).
     pub(super) async fn handle_until_done(&self, record: Record, start: Option<Instant>) -> Done {
-        let done = self.attempt_until_done(record, start).await;
+        let done = self.attempt_until_done(record, start, None).await;
         if matches!(done, Done::Stopped) {
             self.engine.counters.unassigned(1);
         }
         done
     }
 
+    /// [`Self::handle_until_done`] without counting a stopped record;
+    /// `prior` is the record's first attempt when it was made already (in
+    /// a batch, which also waited for a retry-tier record's due time).
     pub(super) async fn attempt_until_done(
         &self,
         record: Record,
         mut start: Option<Instant>,
+        mut prior: Option<PriorFailure>,
     ) -> Done {
         let offset = record.offset();
         let exhausted = &self.engine.exhausted;
-        let tier = exhausted.tier_of(record.topic());
-        // A record read from a retry tier: where it came from (its original
-        // event time among it), and not before its due time.
-        let origin = tier.map(|_| Origin::of_tier_record(&record));
-        let event_time = match &origin {
-            Some(o) if self.engine.settings.event_time_header.is_none() => {
-                EventTime::Record(o.timestamp)
-            }
-            _ => self.event_time(&record),
-        };
-        if let Some(t) = tier {
-            let delay = exhausted
-                .retry_topics()
-                .and_then(|rt| rt.delay(t.tier))
-                .unwrap_or_default();
-            if !self.wait_until_due(due_ms(&record, delay)).await {
-                return Done::Stopped;
-            }
+        let (origin, event_time) = self.origin_and_event_time(&record);
+        if prior.is_none() && !self.wait_until_due(&record).await {
+            return Done::Stopped;
+        }
+        if origin.is_some() {
             // The wait is not part of the first attempt.
             start = None;
         }
@@ -81,23 +110,24 @@ impl<H: Handler> Worker<H> {
             attempt += 1;
             let started = start.take().unwrap_or_else(Instant::now);
             let span = trace.attempt(&record, attempt);
-            let outcome = {
-                // `handle` is called inside the async block, so a handler that
-                // panics before returning its future (a closure doing its work
-                // synchronously) is caught like one that panics while polled.
-                let run = span.instrument(
-                    AssertUnwindSafe(async { self.handler.handle(record.clone()).await })
-                        .catch_unwind(),
-                );
-                match self.engine.settings.handler_timeout {
-                    None => classify::<H>(run.await),
-                    Some(limit) => match tokio::time::timeout(limit, run).await {
-                        Ok(result) => classify::<H>(result),
-                        Err(_) => Attempt::Failed(
-                            AttemptError::Timeout,
-                            format!("handler did not finish within {limit:?}").into(),
-                        ),
-                    },
+            // The batch call that failed at this record recorded its own
+            // duration.
+            let (outcome, recorded) = match prior.take() {
+                Some(p) => (Attempt::Failed(p.kind, p.error), false),
+                None => {
+                    if self.engine.settings.batch.is_some() {
+                        // A batch handler's record on its own: a batch of one.
+                        self.state.metrics.batch_handled(1);
+                    }
+                    let result = self
+                        .guarded(&span, || self.handler.handle(record.clone()))
+                        .await;
+                    let outcome = match result {
+                        Ok(Ok(())) => Attempt::Succeeded,
+                        Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
+                        Err((kind, error)) => Attempt::Failed(kind, error),
+                    };
+                    (outcome, true)
                 }
             };
             let ended = Instant::now();
@@ -141,7 +171,9 @@ impl<H: Handler> Worker<H> {
             // The storm guard compares failures with successes: count the
             // successes so far first.
             self.flush_counts();
-            self.state.metrics.attempt(took, Some(kind));
+            if recorded {
+                self.state.metrics.attempt(took, Some(kind));
+            }
             self.engine.counters.failed_attempt();
             let now = SystemTime::now();
             if first_failure.is_none() {
@@ -260,18 +292,8 @@ impl<H: Handler> Worker<H> {
     }
 }
 
-fn classify<H: Handler>(
-    result: Result<Result<(), H::Error>, Box<dyn std::any::Any + Send>>,
-) -> Attempt {
-    match result {
-        Ok(Ok(())) => Attempt::Succeeded,
-        Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
-        Err(panic) => Attempt::Failed(AttemptError::Panic, panic_message(panic).into()),
-    }
-}
-
 /// The error's message followed by its sources, `: `-separated.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {

@@ -1,17 +1,21 @@
 //! A partition's worker: the task that takes its records (handed over by
 //! the poll loop, or read from the partition's own librdkafka queue) and
 //! runs the handler over them: one at a time in offset order
-//! ([`ProcessingOrder::Partition`]), or concurrently across keys with each
-//! key in offset order ([`ProcessingOrder::Key`]).
+//! ([`ProcessingOrder::Partition`]), concurrently across keys with each
+//! key in offset order ([`ProcessingOrder::Key`]), or in batches in offset
+//! order ([`FreshConsumer::batched`](crate::FreshConsumer::batched)).
 //!
 //! Calls run one way, file by file: this file starts the worker and picks
-//! its loop; `in_order.rs` and `by_key.rs` are the loops, which take
+//! its loop; `in_order.rs`, `by_key.rs` and `batched.rs` are the loops
+//! (`batched.rs` hands a record that failed on its own to `attempt.rs`),
+//! which take
 //! records from `source.rs` and hand each to `attempt.rs` (the handler's
 //! attempts and the exhausted-record decision), which writes a record that
 //! moves on to `park.rs` (dead-letter and retry-tier writes, due times);
 //! `task.rs` holds the worker's own state that all of them share.
 
 mod attempt;
+mod batched;
 mod by_key;
 mod in_order;
 mod park;
@@ -207,6 +211,10 @@ impl<H: Handler> Worker<H> {
     }
 
     async fn run_from<C: ConsumerContext>(&self, src: &mut Source<'_, C>) {
+        if let Some(batch) = &self.engine.settings.batch {
+            // Validated: never with key order.
+            return self.run_batched(src, batch).await;
+        }
         match self.engine.settings.processing_order {
             ProcessingOrder::Key { max_in_flight } if max_in_flight > 1 => {
                 self.run_by_key(src, max_in_flight).await;

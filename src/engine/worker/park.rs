@@ -213,12 +213,29 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// Waits until `due_ms` (ms since the Unix epoch, wall clock) has
-    /// passed, with the partition paused meanwhile ([`Ctrl::Hold`]), unless
-    /// the partition is stopped first. Returns `false` when stopped. The
-    /// worker's task waits on a timer: the poll loop and every other
-    /// partition go on, and `max.poll.interval.ms` is not at stake.
-    pub(super) async fn wait_until_due(&self, due_ms: i64) -> bool {
+    /// The due time of `record` (ms since the Unix epoch, wall clock) when
+    /// it was read from a retry tier (see [`due_ms`]); `None` for a record
+    /// of a source topic.
+    pub(super) fn due_ms_of(&self, record: &Record) -> Option<i64> {
+        let exhausted = &self.engine.exhausted;
+        let tier = exhausted.tier_of(record.topic())?;
+        let delay = exhausted
+            .retry_topics()
+            .and_then(|rt| rt.delay(tier.tier))
+            .unwrap_or_default();
+        Some(due_ms(record, delay))
+    }
+
+    /// Waits until `record` is due (at once for a record of a source
+    /// topic, see [`Self::due_ms_of`]), with the partition paused meanwhile
+    /// ([`Ctrl::Hold`]), unless the partition is stopped first. Returns
+    /// `false` when stopped. The worker's task waits on a timer: the poll
+    /// loop and every other partition go on, and `max.poll.interval.ms` is
+    /// not at stake.
+    pub(super) async fn wait_until_due(&self, record: &Record) -> bool {
+        let Some(due_ms) = self.due_ms_of(record) else {
+            return true;
+        };
         let mut hold: Option<HoldGuard<'_, H>> = None;
         loop {
             let now = crate::record::unix_ms(SystemTime::now());
@@ -246,7 +263,7 @@ impl<H: Handler> Worker<H> {
 /// The due time of a record read from a retry tier, ms since the Unix
 /// epoch: its [`RETRY_DUE`](dead_letter::RETRY_DUE) header, or (written
 /// there without one) its timestamp plus the tier's `delay`, or now.
-pub(super) fn due_ms(record: &Record, delay: Duration) -> i64 {
+fn due_ms(record: &Record, delay: Duration) -> i64 {
     record
         .header(dead_letter::RETRY_DUE)
         .flatten()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::partition::PartitionState;
 use crate::engine::shared::Engine;
+use crate::failure::dead_letter::Origin;
 use crate::handler::Handler;
 use crate::record::{EventTime, Record};
 
@@ -92,7 +93,18 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    pub(super) fn event_time(&self, record: &Record) -> EventTime {
-        EventTime::of(self.engine.settings.event_time_header.as_deref(), record)
+    /// Where `record` came from when it was read from a retry tier (its
+    /// dead-letter headers), and its event time: a tier record's is its
+    /// original record's timestamp, unless an event-time header is
+    /// configured (the header travels with the record).
+    pub(super) fn origin_and_event_time(&self, record: &Record) -> (Option<Origin>, EventTime) {
+        let header = self.engine.settings.event_time_header.as_deref();
+        let origin =
+            (self.engine.exhausted.tier_of(record.topic())).map(|_| Origin::of_tier_record(record));
+        let event_time = match &origin {
+            Some(o) if header.is_none() => EventTime::Record(o.timestamp),
+            _ => EventTime::of(header, record),
+        };
+        (origin, event_time)
     }
 }

@@ -1,4 +1,13 @@
-//! The handler: the user's code run once per record.
+//! The handler: the user's code run once per record ([`Handler`]), or
+//! once per batch of one partition's records ([`BatchHandler`], in
+//! `batch.rs`).
+
+mod batch;
+
+pub(crate) use batch::BatchSettings;
+pub use batch::{
+    Batch, BatchError, BatchHandler, Batched, DEFAULT_MAX_BATCH_RECORDS, DEFAULT_MAX_BATCH_WAIT,
+};
 
 use std::error::Error;
 use std::future::Future;
