@@ -1,0 +1,533 @@
+use super::*;
+
+const WINDOW: Duration = Duration::from_secs(10);
+
+fn rules() -> Rules {
+    Rules {
+        window: WINDOW,
+        stall_after: Duration::from_secs(5),
+        lag_threshold: Duration::from_secs(30),
+        skew_share: 0.75,
+        drain_target: Duration::from_secs(60),
+        current_replicas: Some(2),
+    }
+}
+
+fn obs(p: i32, committed: Option<i64>, start: i64, end: i64, head: HeadRead) -> Observation {
+    Observation {
+        topic: "t".into(),
+        partition: p,
+        committed,
+        log_start: start,
+        high_watermark: end,
+        last_stable: end,
+        end,
+        head,
+    }
+}
+
+fn at(offset: i64, ms: i64) -> HeadRead {
+    HeadRead::Read {
+        offset,
+        timestamp: RecordTimestamp::CreateTime(ms),
+    }
+}
+
+const NOW_MS: i64 = 1_700_000_000_000;
+
+#[test]
+fn time_lag_is_now_minus_the_timestamp_and_zero_without_lag() {
+    let mut g = GroupTracker::default();
+    let now = Instant::now();
+    let r = g.evaluate(
+        "g",
+        &[
+            obs(0, Some(10), 0, 20, at(10, NOW_MS - 42_000)),
+            obs(1, Some(5), 0, 5, HeadRead::NotNeeded),
+            obs(2, None, 0, 5, HeadRead::NotNeeded),
+        ],
+        None,
+        &rules(),
+        now,
+        NOW_MS,
+    );
+    let p = &r.partitions;
+    assert_eq!(p[0].time_lag, Some(Duration::from_secs(42)));
+    assert_eq!(p[0].timestamp, HeadTimestamp::CreateTime(NOW_MS - 42_000));
+    assert_eq!(p[0].status, LagStatus::Lagging);
+    assert_eq!(p[0].offset_lag, Some(10));
+    assert_eq!(p[1].time_lag, Some(Duration::ZERO));
+    assert_eq!(p[1].status, LagStatus::Ok);
+    assert_eq!(p[2].time_lag, None);
+    assert_eq!(p[2].status, LagStatus::NoCommittedOffset);
+    assert_eq!(r.total_lag, 10);
+}
+
+#[test]
+fn missing_and_future_timestamps_count_once_per_record() {
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let missing = HeadRead::Read {
+        offset: 3,
+        timestamp: RecordTimestamp::CreateTime(-1),
+    };
+    for i in 0..3 {
+        let r = g.evaluate(
+            "g",
+            &[
+                obs(0, Some(3), 0, 9, missing),
+                obs(1, Some(7), 0, 9, at(7, NOW_MS + 60_000)),
+            ],
+            None,
+            &rules(),
+            t0 + Duration::from_secs(i),
+            NOW_MS,
+        );
+        assert_eq!(r.partitions[0].time_lag, None);
+        assert_eq!(r.partitions[0].timestamp, HeadTimestamp::Missing);
+        assert_eq!(r.partitions[1].time_lag, Some(Duration::ZERO));
+        assert_eq!((r.timestamps_missing, r.timestamps_future), (1, 1));
+    }
+    let r = g.evaluate(
+        "g",
+        &[
+            obs(
+                0,
+                Some(4),
+                0,
+                9,
+                HeadRead::Read {
+                    offset: 4,
+                    timestamp: RecordTimestamp::NotAvailable,
+                },
+            ),
+            obs(1, Some(7), 0, 9, at(7, NOW_MS + 60_000)),
+        ],
+        None,
+        &rules(),
+        t0 + Duration::from_secs(4),
+        NOW_MS,
+    );
+    assert_eq!((r.timestamps_missing, r.timestamps_future), (2, 1));
+}
+
+#[test]
+fn out_of_range_counts_deleted_records_and_the_margin_shrinks_before() {
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    // The log start moves 100 records/s toward a frozen committed offset at 1000.
+    let mut etas = Vec::new();
+    for s in 0..5i64 {
+        let r = g.evaluate(
+            "g",
+            &[obs(0, Some(1000), s * 100, 5000, at(1000, NOW_MS - 1000))],
+            None,
+            &rules(),
+            t0 + Duration::from_secs(s as u64),
+            NOW_MS,
+        );
+        let p = &r.partitions[0];
+        assert_eq!(p.retention_margin, Some(1000 - s * 100));
+        if s > 0 {
+            etas.push(p.retention_eta.expect("an eta once the log start moved"));
+        }
+    }
+    assert!((etas[0].as_secs_f64() - 9.0).abs() < 0.01, "{etas:?}");
+    assert!(etas.windows(2).all(|w| w[1] < w[0]), "{etas:?}");
+    let r = g.evaluate(
+        "g",
+        &[obs(0, Some(1000), 1300, 5000, at(1300, NOW_MS - 1000))],
+        None,
+        &rules(),
+        t0 + Duration::from_secs(6),
+        NOW_MS,
+    );
+    let p = &r.partitions[0];
+    assert_eq!(p.status, LagStatus::OutOfRange { deleted: 300 });
+    assert_eq!(p.retention_margin, Some(-300));
+    assert_eq!(p.retention_eta, None);
+}
+
+/// Runs `cycles` one second apart; `f(cycle)` gives the observations.
+fn run(
+    g: &mut GroupTracker,
+    rules: &Rules,
+    cycles: u64,
+    f: impl Fn(i64) -> Vec<Observation>,
+) -> GroupReport {
+    let t0 = Instant::now();
+    let mut last = None;
+    for c in 0..cycles {
+        last = Some(g.evaluate(
+            "g",
+            &f(c as i64),
+            None,
+            rules,
+            t0 + Duration::from_secs(c),
+            NOW_MS + c as i64 * 1000,
+        ));
+    }
+    last.unwrap()
+}
+
+#[test]
+fn idle_and_no_offsets() {
+    let r = run(&mut GroupTracker::default(), &rules(), 2, |_| {
+        vec![obs(0, Some(5), 0, 5, HeadRead::NotNeeded)]
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Idle);
+    let r = run(&mut GroupTracker::default(), &rules(), 2, |_| {
+        vec![obs(0, None, 0, 5, HeadRead::NotNeeded)]
+    });
+    assert_eq!(r.diagnosis, Diagnosis::NoOffsets);
+}
+
+#[test]
+fn frozen_while_the_log_end_moves_is_stalled_then_dead() {
+    // Commits frozen at 100, 10 records a second arriving, time lag
+    // growing with the clock.
+    let f = |c: i64| {
+        (0..4)
+            .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
+            .collect::<Vec<_>>()
+    };
+    let mut g = GroupTracker::default();
+    let r = run(&mut g, &rules(), 7, f);
+    assert_eq!(
+        r.diagnosis,
+        Diagnosis::Stuck,
+        "frozen past stall_after, not yet the window"
+    );
+    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled
+        && p.log_end_moved
+        && p.waiting_for == Some(Duration::from_secs(6))));
+    let r = run(&mut g, &rules(), 12, f);
+    assert_eq!(r.diagnosis, Diagnosis::Dead);
+    assert_eq!(r.named.len(), 4);
+    assert!(matches!(r.scaling, Scaling::Withheld { .. }));
+    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled));
+}
+
+#[test]
+fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
+    // Commits frozen at 100 over a backlog that does not grow (a killed
+    // consumer after the producers stopped): the record at the committed
+    // offset was stamped 25 s before the first cycle, so its time lag
+    // crosses the 30 s threshold at cycle 5.
+    let f = |_c: i64| {
+        (0..4)
+            .map(|p| obs(p, Some(100), 0, 200, at(100, NOW_MS - 25_000)))
+            .collect::<Vec<_>>()
+    };
+    let mut g = GroupTracker::default();
+    let r = run(&mut g, &rules(), 7, f);
+    for p in &r.partitions {
+        assert_eq!(p.status, LagStatus::Lagging, "{p:?}");
+        assert!(!p.log_end_moved);
+        assert_eq!(p.waiting_for, Some(Duration::from_secs(6)));
+    }
+    assert_ne!(r.diagnosis, Diagnosis::Stuck, "no log end moved");
+    let r = run(&mut g, &rules(), 12, f);
+    assert_eq!(r.diagnosis, Diagnosis::Dead, "dead covers a static backlog");
+    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Lagging));
+
+    // Only transaction markers past the committed offset: nothing to
+    // read, time lag unknown, offset lag 1: `ok`, however long.
+    let r = run(&mut GroupTracker::default(), &rules(), 20, |_| {
+        vec![obs(0, Some(100), 0, 101, HeadRead::Unread)]
+    });
+    assert_eq!(r.partitions[0].status, LagStatus::Ok);
+    assert_eq!(r.partitions[0].offset_lag, Some(1));
+}
+
+#[test]
+fn transaction_markers_the_probe_read_past_are_not_lag() {
+    // The committed offset sits before the last commit marker of an idle
+    // transactional partition; the probe reached the end without a
+    // record: caught up and idle, however long (it read `dead` before).
+    let r = run(&mut GroupTracker::default(), &rules(), 30, |_| {
+        vec![obs(0, Some(100), 0, 101, HeadRead::NothingReadable)]
+    });
+    let p = &r.partitions[0];
+    assert_eq!(
+        (p.status, p.offset_lag, p.time_lag),
+        (LagStatus::Ok, Some(0), Some(Duration::ZERO))
+    );
+    assert_eq!(p.timestamp, HeadTimestamp::CaughtUp);
+    assert_eq!(r.diagnosis, Diagnosis::Idle);
+}
+
+#[test]
+fn records_after_a_long_idle_spell_are_neither_stalled_nor_dead() {
+    // Idle (lag 0, commits unchanged) for 30 s, then records arrive and
+    // keep arriving: the stall clock starts when they do.
+    let mut g = GroupTracker::default();
+    let r = run(&mut g, &rules(), 31, |_| {
+        vec![obs(0, Some(100), 0, 100, HeadRead::NotNeeded)]
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Idle);
+    let t0 = Instant::now() + Duration::from_secs(31);
+    for c in 0..3u64 {
+        let r = g.evaluate(
+            "g",
+            &[obs(0, Some(100), 0, 101 + c as i64, at(100, NOW_MS))],
+            None,
+            &rules(),
+            t0 + Duration::from_secs(c),
+            NOW_MS,
+        );
+        let p = &r.partitions[0];
+        assert!(
+            p.commit_unchanged_for.unwrap() >= Duration::from_secs(30),
+            "{p:?}"
+        );
+        assert_eq!(p.waiting_for, Some(Duration::from_secs(c)));
+        assert_eq!(p.status, LagStatus::Ok, "cycle {c}");
+        assert_ne!(r.diagnosis, Diagnosis::Dead, "cycle {c}");
+        assert_ne!(r.diagnosis, Diagnosis::Stuck, "cycle {c}");
+    }
+}
+
+#[test]
+fn lag_counts_to_the_last_stable_offset_under_read_committed() {
+    use crate::monitor::reader::observation;
+    // 10 committed records, 5 of an open transaction above them; the
+    // group committed 10.
+    let marks = (0, 15, 10);
+    let o = observation("t", 0, marks, Some(10), true);
+    assert_eq!((o.end, o.high_watermark, o.last_stable), (10, 15, 10));
+    let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+    let p = &r.partitions[0];
+    assert_eq!(p.offset_lag, Some(0), "nothing readable waits");
+    assert_eq!(p.time_lag, Some(Duration::ZERO));
+    assert_eq!(p.timestamp, HeadTimestamp::CaughtUp);
+    assert_eq!((p.high_watermark, p.last_stable), (15, 10));
+    assert_eq!(r.diagnosis, Diagnosis::Idle);
+
+    // read_uncommitted: the open transaction's records wait.
+    let o = observation("t", 0, marks, Some(10), false);
+    assert_eq!(o.end, 15);
+    let o = Observation {
+        head: at(10, NOW_MS - 2_000),
+        ..o
+    };
+    let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+    let p = &r.partitions[0];
+    assert_eq!(p.offset_lag, Some(5));
+    assert_eq!(p.time_lag, Some(Duration::from_secs(2)));
+    assert_eq!(r.total_lag, 5);
+
+    // read_committed with 3 records committed above the group's offset
+    // and the open transaction beyond: lag 3, to the LSO.
+    let o = observation("t", 0, (0, 18, 13), Some(10), true);
+    let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
+    assert_eq!(r.partitions[0].offset_lag, Some(3));
+}
+
+#[test]
+fn stuck_names_the_frozen_partition() {
+    let r = run(&mut GroupTracker::default(), &rules(), 8, |c| {
+        vec![
+            obs(
+                0,
+                Some(10 + 50 * c),
+                0,
+                12 + 50 * c,
+                at(10 + 50 * c, NOW_MS),
+            ),
+            obs(1, Some(7), 0, 9 + 50 * c, at(7, NOW_MS - 1000)),
+            obs(2, Some(10 + 50 * c), 0, 10 + 50 * c, HeadRead::NotNeeded),
+        ]
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Stuck);
+    assert_eq!(
+        r.named,
+        vec![TopicPartition {
+            topic: "t".into(),
+            partition: 1
+        }]
+    );
+    assert!(matches!(r.scaling, Scaling::Withheld { .. }));
+}
+
+#[test]
+fn skewed_without_suggestion_consumer_bound_with_one() {
+    // Partition 0 is 60 s behind and moving; the others keep up.
+    let r = run(&mut GroupTracker::default(), &rules(), 4, |c| {
+        let mut v = vec![obs(
+            0,
+            Some(100 * c),
+            0,
+            100 * c + 5000,
+            at(100 * c, NOW_MS + c * 1000 - 60_000),
+        )];
+        for p in 1..4 {
+            v.push(obs(
+                p,
+                Some(10 * c),
+                0,
+                10 * c + 1,
+                at(10 * c, NOW_MS + c * 1000 - 50),
+            ));
+        }
+        v
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Skewed);
+    assert_eq!(r.named.len(), 1);
+    assert!(matches!(r.scaling, Scaling::Withheld { .. }));
+
+    // Every partition 60 s behind and rising, commits advancing.
+    let rules = rules();
+    let r = run(&mut GroupTracker::default(), &rules, 4, |c| {
+        (0..4)
+            .map(|p| {
+                obs(
+                    p,
+                    Some(100 * c),
+                    0,
+                    200 * c + 5000,
+                    at(100 * c, NOW_MS - 60_000),
+                )
+            })
+            .collect()
+    });
+    assert_eq!(r.diagnosis, Diagnosis::ConsumerBound);
+    let Scaling::Suggest {
+        throughput_factor,
+        current,
+        replicas,
+        capped,
+    } = r.scaling
+    else {
+        panic!("{:?}", r.scaling)
+    };
+    assert_eq!(current, Some(2), "current_replicas, without members");
+    // Produce 800/s + backlog (4 x 5300) / 60 s = 1153/s over a commit rate of 400/s.
+    assert!((throughput_factor - (800.0 + 21_200.0 / 60.0) / 400.0).abs() < 1e-6);
+    assert_eq!(
+        replicas,
+        Some(4),
+        "ceil(2 x 2.88) = 6, capped at 4 partitions"
+    );
+    assert!(capped);
+    assert_eq!(r.drain_time, None, "commits slower than produce");
+}
+
+/// Every partition 60 s behind and rising, commits advancing, over 8
+/// partitions, with `members` described by the brokers.
+fn consumer_bound(rules: &Rules, members: Option<u32>) -> GroupReport {
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let mut last = None;
+    for c in 0..4i64 {
+        let obs: Vec<_> = (0..8)
+            .map(|p| {
+                obs(
+                    p,
+                    Some(100 * c),
+                    0,
+                    120 * c + 1000,
+                    at(100 * c, NOW_MS - 60_000),
+                )
+            })
+            .collect();
+        last = Some(g.evaluate(
+            "g",
+            &obs,
+            members,
+            rules,
+            t0 + Duration::from_secs(c as u64),
+            NOW_MS + c * 1000,
+        ));
+    }
+    let r = last.unwrap();
+    assert_eq!(r.diagnosis, Diagnosis::ConsumerBound, "{r:?}");
+    assert_eq!(r.members, members);
+    r
+}
+
+#[test]
+fn the_suggestion_counts_from_the_members_never_above_the_partitions() {
+    // Produce 960/s + backlog (8 x 1060) / 60 s = 1101/s over a commit
+    // rate of 800/s: x1.38.
+    let factor = (960.0 + 8.0 * 1060.0 / 60.0) / 800.0;
+    let suggestion = |r: &GroupReport| match r.scaling {
+        Scaling::Suggest {
+            throughput_factor,
+            current,
+            replicas,
+            capped,
+        } => {
+            assert!((throughput_factor - factor).abs() < 1e-6);
+            (current, replicas, capped)
+        }
+        ref other => panic!("{other:?}"),
+    };
+    let rules = rules(); // current_replicas: Some(2)
+    // Three members described: ceil(3 x 1.38) = 5, the members win over
+    // current_replicas.
+    let r = consumer_bound(&rules, Some(3));
+    assert_eq!(suggestion(&r), (Some(3), Some(5), false));
+    // Six members: ceil(6 x 1.38) = 9, capped at the 8 partitions.
+    let r = consumer_bound(&rules, Some(6));
+    assert_eq!(suggestion(&r), (Some(6), Some(8), true));
+    // Members unknown (KIP-848, the mock broker) or none: the
+    // configured count, ceil(2 x 1.38) = 3.
+    for members in [None, Some(0)] {
+        let r = consumer_bound(&rules, members);
+        assert_eq!(suggestion(&r), (Some(2), Some(3), false));
+    }
+    // Nothing known: a throughput factor only.
+    let unknown = Rules {
+        current_replicas: None,
+        ..rules.clone()
+    };
+    let r = consumer_bound(&unknown, None);
+    assert_eq!(suggestion(&r), (None, None, false));
+    // Already a consumer per partition: withheld, with the reason.
+    for members in [8, 11] {
+        let r = consumer_bound(&rules, Some(members));
+        let Scaling::Withheld { reason } = &r.scaling else {
+            panic!("{:?}", r.scaling)
+        };
+        assert!(
+            reason.contains(&format!("{members} consumers for 8 partitions")),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn keeping_up_below_the_threshold_or_falling() {
+    let r = run(&mut GroupTracker::default(), &rules(), 4, |c| {
+        (0..2)
+            .map(|p| {
+                obs(
+                    p,
+                    Some(100 * c),
+                    0,
+                    100 * c + 10,
+                    at(100 * c, NOW_MS + c * 1000 - 2000),
+                )
+            })
+            .collect()
+    });
+    assert_eq!(r.diagnosis, Diagnosis::KeepingUp);
+    assert!(r.drain_time.is_none(), "commit rate equals produce rate");
+    // 90 s behind and falling by 5 s a second (55 s at the end).
+    let r = run(&mut GroupTracker::default(), &rules(), 8, |c| {
+        (0..2)
+            .map(|p| {
+                obs(
+                    p,
+                    Some(600 * c),
+                    0,
+                    5000 + 100 * c,
+                    at(600 * c, NOW_MS + c * 1000 - 90_000 + c * 5000),
+                )
+            })
+            .collect()
+    });
+    assert_eq!(r.diagnosis, Diagnosis::KeepingUp);
+    assert!(r.drain_time.is_some());
+}
