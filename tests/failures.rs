@@ -12,9 +12,6 @@
 
 mod support;
 
-#[path = "../examples/support/dead_letters.rs"]
-mod dead_letters;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::{Ready, ready};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,13 +27,14 @@ use fresh_consumer::{
     permanent,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use support::dead_letters;
 use support::handled::{Seen, with_state};
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs::{self, lines_with as log_lines_with};
@@ -237,53 +235,6 @@ async fn produce_records(
             "records land at known offsets"
         );
     }
-}
-
-/// Every record of `topic` (partitions `0..partitions`) up to the high
-/// watermarks as they are now, read without a consumer group.
-async fn read_topic(cluster: &TestCluster, topic: &str, partitions: i32) -> Vec<Record> {
-    let bootstrap = cluster.bootstrap().to_owned();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", unique("reader"))
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("reader");
-        let mut tpl = TopicPartitionList::new();
-        let mut remaining = 0;
-        for p in 0..partitions {
-            let (lo, hi) = c
-                .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            if hi > lo {
-                tpl.add_partition_offset(&topic, p, Offset::Offset(lo))
-                    .unwrap();
-                remaining += hi - lo;
-            }
-        }
-        let mut out = Vec::new();
-        if remaining == 0 {
-            return out;
-        }
-        c.assign(&tpl).expect("assign");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while remaining > 0 {
-            assert!(Instant::now() < deadline, "reading {topic} timed out");
-            match c.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    out.push(dead_letters::to_record(&m));
-                    remaining -= 1;
-                }
-                Some(Err(e)) => panic!("reading {topic}: {e}"),
-                None => {}
-            }
-        }
-        out
-    })
-    .await
-    .expect("reader task")
 }
 
 /// Sum of the high watermarks of `topic`'s partitions `0..partitions`.
@@ -501,7 +452,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     assert_eq!(summary.failed_attempts, 4);
 
     // Exactly one dead-letter record, with the documented headers.
-    let parked = read_topic(&cluster, &dlq, 3).await;
+    let parked = cluster.read_topic(&dlq, 3).await;
     assert_eq!(parked.len(), 1, "{parked:?}");
     let d = &parked[0];
     assert_eq!(d.key(), Some(key_of(1, 386).as_bytes()));
@@ -645,7 +596,7 @@ async fn a_dead_letter_topic_with_fewer_partitions_than_the_source_works() {
     cluster.wait_committed(&group, &topic, &[20; 4]).await;
     run.stop().await;
 
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     assert_eq!(parked.len(), 4, "{parked:?}");
     let mut sources: Vec<(i32, i64)> = parked
         .iter()
@@ -695,7 +646,7 @@ async fn spring_kafka_headers_round_trip_through_dead_letter_record() {
     cluster.wait_committed(&group, &topic, &[5]).await;
     run.stop().await;
 
-    let parked = read_topic(&cluster, &dlq, 2).await;
+    let parked = cluster.read_topic(&dlq, 2).await;
     assert_eq!(parked.len(), 1);
     let r = &parked[0];
     let raw = |name: &str| r.header(name).flatten().map(<[u8]>::to_vec);
@@ -825,7 +776,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     let summary = run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     assert_eq!(parked.len(), 1, "parked exactly once: {parked:?}");
     assert_eq!(text(&parked[0], dlt::OFFSET), POISON.to_string());
     assert_eq!(text(&parked[0], dlt::ERROR_TYPE), "permanent");
@@ -1023,7 +974,7 @@ async fn a_permanent_error_is_not_retried() {
 
     assert_eq!(calls.of(0, 2), 1, "no retries");
     assert_eq!(summary.failed_attempts, 1);
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     assert_eq!(parked.len(), 1);
     assert_eq!(text(&parked[0], dlt::ERROR_TYPE), "permanent");
     assert_eq!(text(&parked[0], dlt::ATTEMPTS), "1");
@@ -1163,7 +1114,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
     run.stop().await;
     let _ = otlp::shutdown(&provider, FLUSH).await;
 
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     let offsets: Vec<String> = parked
         .iter()
         .map(|r| text(r, dlt::OFFSET).to_owned())
@@ -1236,7 +1187,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
     assert_eq!(summary.failed_attempts, 6);
     assert_eq!(summary.records_succeeded, 6);
 
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     let got: Vec<(String, String, String)> = parked
         .iter()
         .map(|r| {
@@ -1457,7 +1408,7 @@ async fn a_fatal_dead_letter_producer_is_replaced() {
     );
     cluster.wait_committed(&group, &topic, &[10]).await;
     run.stop().await;
-    let parked = read_topic(&cluster, &dlq, 1).await;
+    let parked = cluster.read_topic(&dlq, 1).await;
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!(text(&parked[0], dlt::OFFSET), "3");
     assert!(

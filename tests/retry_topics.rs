@@ -13,22 +13,18 @@
 
 mod support;
 
-#[path = "../examples/support/dead_letters.rs"]
-mod dead_letters;
-
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
 use fresh_consumer::{
     DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryTopics, permanent,
 };
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use support::dead_letters;
 use support::kafka::{TestCluster, now_ms, unique};
 use support::metrics::{InMemory, partition_attrs, with};
 use support::run::start;
@@ -146,44 +142,6 @@ fn ms(d: u64) -> Duration {
     Duration::from_millis(d)
 }
 
-/// Every record of a one-partition `topic` up to its high watermark now,
-/// read without a consumer group.
-async fn read_topic(cluster: &TestCluster, topic: &str) -> Vec<Record> {
-    let bootstrap = cluster.bootstrap().to_owned();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", unique("reader"))
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("reader");
-        let (lo, hi) = c
-            .fetch_watermarks(&topic, 0, Duration::from_secs(10))
-            .expect("watermarks");
-        let mut out = Vec::new();
-        if hi <= lo {
-            return out;
-        }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, 0, Offset::Offset(lo))
-            .unwrap();
-        c.assign(&tpl).expect("assign");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while (out.len() as i64) < hi - lo {
-            assert!(Instant::now() < deadline, "reading {topic} timed out");
-            match c.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => out.push(dead_letters::to_record(&m)),
-                Some(Err(e)) => panic!("reading {topic}: {e}"),
-                None => {}
-            }
-        }
-        out
-    })
-    .await
-    .expect("reader task")
-}
-
 fn text<'a>(r: &'a Record, name: &str) -> &'a str {
     std::str::from_utf8(r.header(name).flatten().unwrap_or_default()).unwrap()
 }
@@ -272,8 +230,8 @@ async fn a_poison_record_passes_both_tiers_to_the_dead_letter_topic_without_hold
         later.iter().all(|c| c.ok && c.at_ms <= poison[1].at_ms),
         "every later record was handled before the poison left tier 1"
     );
-    let tier1 = read_topic(&s.cluster, &s.tiers[0]).await;
-    let tier2 = read_topic(&s.cluster, &s.tiers[1]).await;
+    let tier1 = s.cluster.read_topic(&s.tiers[0], 1).await;
+    let tier2 = s.cluster.read_topic(&s.tiers[1], 1).await;
     assert_eq!((tier1.len(), tier2.len()), (1, 1));
     assert_due_honoured(&poison[1], &tier1[0], ms(1000));
     assert_due_honoured(&poison[2], &tier2[0], ms(2000));
@@ -290,7 +248,7 @@ async fn a_poison_record_passes_both_tiers_to_the_dead_letter_topic_without_hold
         assert_eq!(d.key.as_deref(), Some(&b"k-3"[..]));
     }
 
-    let parked = read_topic(&s.cluster, &s.dlq).await;
+    let parked = s.cluster.read_topic(&s.dlq, 1).await;
     assert_eq!(parked.len(), 1, "dead-lettered exactly once: {parked:?}");
     let d = DeadLetterRecord::from_record(&parked[0]).unwrap();
     assert_eq!(
@@ -337,7 +295,7 @@ async fn a_poison_record_passes_both_tiers_to_the_dead_letter_topic_without_hold
     // library's headers.
     let producer = dead_letters::producer(s.cluster.bootstrap()).unwrap();
     dead_letters::republish(&producer, &d).await.unwrap();
-    let source = read_topic(&s.cluster, &s.topic).await;
+    let source = s.cluster.read_topic(&s.topic, 1).await;
     let redriven = source.last().unwrap();
     assert_eq!(redriven.offset(), 20);
     assert_eq!(redriven.payload(), Some(&b"p-3"[..]));
@@ -391,7 +349,7 @@ async fn a_permanent_error_goes_straight_to_the_dead_letter_topic() {
     run.stop().await;
     assert_eq!(calls.of("p-1").len(), 1, "a permanent error is not retried");
     assert_eq!(s.cluster.high_watermarks(&s.tiers[0], 1).await, vec![0]);
-    let parked = read_topic(&s.cluster, &s.dlq).await;
+    let parked = s.cluster.read_topic(&s.dlq, 1).await;
     assert_eq!(parked.len(), 1);
     let d = DeadLetterRecord::from_record(&parked[0]).unwrap();
     assert_eq!((d.offset, d.attempts), (1, Some(1)));
@@ -548,9 +506,9 @@ async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native
         )
     };
     let origin = |d: &DeadLetterRecord| (d.topic.clone(), d.partition, d.offset, d.timestamp);
-    let tier = read_topic(&s.cluster, &s.tiers[0]).await;
+    let tier = s.cluster.read_topic(&s.tiers[0], 1).await;
     assert_eq!(tier.len(), 4, "{tier:?}");
-    let parked = read_topic(&s.cluster, &s.dlq).await;
+    let parked = s.cluster.read_topic(&s.dlq, 1).await;
     assert_eq!(parked.len(), 3, "{parked:?}");
     for r in tier.iter().chain(&parked) {
         let i = index(r);
@@ -667,7 +625,7 @@ async fn a_failing_republish_loses_nothing() {
     let p2 = calls.of("p-2");
     assert_eq!(p2.len(), 2, "{p2:?}");
     assert!(p2[1].ok && p2[1].topic == s.tiers[0]);
-    assert_eq!(read_topic(&s.cluster, &s.tiers[0]).await.len(), 1);
+    assert_eq!(s.cluster.read_topic(&s.tiers[0], 1).await.len(), 1);
 }
 
 /// The consumer stops while records wait in a tier (their due time is
@@ -707,7 +665,7 @@ async fn records_waiting_in_a_tier_survive_a_restart() {
     );
     s.cluster.wait_committed(&s.group, &s.tiers[0], &[5]).await;
     run.stop().await;
-    let tier = read_topic(&s.cluster, &s.tiers[0]).await;
+    let tier = s.cluster.read_topic(&s.tiers[0], 1).await;
     assert_eq!(tier.len(), 5);
     for r in &tier {
         let p = String::from_utf8_lossy(r.payload().unwrap()).into_owned();
@@ -748,7 +706,7 @@ async fn key_order_and_poll_loop_hand_over_honour_due_times() {
     s.cluster.wait_committed(&s.group, &s.topic, &[10]).await;
     s.cluster.wait_committed(&s.group, &s.tiers[0], &[10]).await;
     run.stop().await;
-    let tier = read_topic(&s.cluster, &s.tiers[0]).await;
+    let tier = s.cluster.read_topic(&s.tiers[0], 1).await;
     assert_eq!(tier.len(), 10);
     for r in &tier {
         let p = String::from_utf8_lossy(r.payload().unwrap()).into_owned();

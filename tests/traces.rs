@@ -10,9 +10,6 @@
 
 mod support;
 
-#[path = "../examples/support/dead_letters.rs"]
-mod dead_letters;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +25,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use support::dead_letters;
 use support::kafka::{TestCluster, now_ms};
 use support::logs;
 use support::metrics::{InMemory, partition_attrs};

@@ -8,10 +8,11 @@
 mod names;
 
 use std::fmt::Debug;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::{FreshConsumer, Handler, RunSummary, TopicPartition};
+use fresh_consumer::{BatchHandler, Batched, FreshConsumer, Handler, RunSummary, TopicPartition};
 
+use super::dead_letters;
 use super::wait::{WAIT, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -61,7 +62,17 @@ pub fn fast_consumer<H: Handler>(
     group: &str,
     topic: &str,
 ) -> FreshConsumer<H> {
-    FreshConsumer::new(handler)
+    fast(FreshConsumer::new(handler), bootstrap, group, topic)
+}
+
+/// [`fast_consumer`]'s settings on any consumer (a batched one too).
+pub fn fast<H>(
+    consumer: FreshConsumer<H>,
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+) -> FreshConsumer<H> {
+    consumer
         .bootstrap_servers(bootstrap)
         .group_id(group)
         .topics([topic])
@@ -465,7 +476,21 @@ impl TestCluster {
 
     /// A consumer with settings that keep tests fast on the mock broker.
     pub fn consumer<H: Handler>(&self, group: &str, topic: &str, handler: H) -> FreshConsumer<H> {
-        fast_consumer(handler, &self.bootstrap, group, topic)
+        self.classic(FreshConsumer::new(handler), group, topic)
+    }
+
+    /// [`consumer`](Self::consumer) for a batch handler.
+    pub fn batched<B: BatchHandler>(
+        &self,
+        group: &str,
+        topic: &str,
+        handler: B,
+    ) -> FreshConsumer<Batched<B>> {
+        self.classic(FreshConsumer::batched(handler), group, topic)
+    }
+
+    fn classic<H>(&self, consumer: FreshConsumer<H>, group: &str, topic: &str) -> FreshConsumer<H> {
+        fast(consumer, &self.bootstrap, group, topic)
             .set("session.timeout.ms", "6000")
             .set("heartbeat.interval.ms", "500")
     }
@@ -543,6 +568,22 @@ impl TestCluster {
     ) -> FreshConsumer<H> {
         fast_consumer(handler, &self.bootstrap, group, topic).set("group.protocol", "consumer")
     }
+
+    /// [`consumer_kip848`](Self::consumer_kip848) for a batch handler.
+    pub fn batched_kip848<B: BatchHandler>(
+        &self,
+        group: &str,
+        topic: &str,
+        handler: B,
+    ) -> FreshConsumer<Batched<B>> {
+        fast(
+            FreshConsumer::batched(handler),
+            &self.bootstrap,
+            group,
+            topic,
+        )
+        .set("group.protocol", "consumer")
+    }
 }
 
 impl TestCluster {
@@ -607,5 +648,54 @@ impl TestCluster {
         .unwrap()
         .expect("transaction begun");
         producer
+    }
+}
+
+impl TestCluster {
+    /// Every record of `topic` (partitions `0..partitions`) up to the high
+    /// watermarks as they are now, read without a consumer group.
+    pub async fn read_topic(&self, topic: &str, partitions: i32) -> Vec<fresh_consumer::Record> {
+        let bootstrap = self.bootstrap().to_owned();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", unique("reader"))
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("reader");
+            let mut tpl = TopicPartitionList::new();
+            let mut remaining = 0;
+            for p in 0..partitions {
+                let (lo, hi) = c
+                    .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                    .expect("watermarks");
+                if hi > lo {
+                    tpl.add_partition_offset(&topic, p, Offset::Offset(lo))
+                        .unwrap();
+                    remaining += hi - lo;
+                }
+            }
+            let mut out = Vec::new();
+            if remaining == 0 {
+                return out;
+            }
+            c.assign(&tpl).expect("assign");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while remaining > 0 {
+                assert!(Instant::now() < deadline, "reading {topic} timed out");
+                match c.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        out.push(dead_letters::to_record(&m));
+                        remaining -= 1;
+                    }
+                    Some(Err(e)) => panic!("reading {topic}: {e}"),
+                    None => {}
+                }
+            }
+            out
+        })
+        .await
+        .expect("reader task")
     }
 }

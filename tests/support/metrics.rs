@@ -161,6 +161,24 @@ impl InMemory {
         .unwrap_or_else(|| panic!("{name} exported"))
     }
 
+    /// (sum, count) over the points of histogram `name` (f64 or u64)
+    /// whose attributes include all of `wanted`; (0, 0) when it was never
+    /// exported.
+    pub fn histogram_sum_count(&self, name: &str, wanted: &Attrs) -> (f64, u64) {
+        self.read(name, |m| match m.data() {
+            AggregatedMetrics::F64(MetricData::Histogram(h)) => h
+                .data_points()
+                .filter(|p| includes(p.attributes(), wanted))
+                .fold((0.0, 0), |(s, c), p| (s + p.sum(), c + p.count())),
+            AggregatedMetrics::U64(MetricData::Histogram(h)) => h
+                .data_points()
+                .filter(|p| includes(p.attributes(), wanted))
+                .fold((0.0, 0), |(s, c), p| (s + p.sum() as f64, c + p.count())),
+            other => panic!("{name} is not a histogram: {other:?}"),
+        })
+        .unwrap_or((0.0, 0))
+    }
+
     pub async fn shutdown(&self) {
         let _ = fresh_consumer::otlp::shutdown(&self.provider, Duration::from_secs(10)).await;
     }

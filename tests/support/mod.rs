@@ -2,6 +2,8 @@
 //! uses what it needs (hence `#![allow(dead_code)]` in each module).
 
 pub mod child;
+#[path = "../../examples/support/dead_letters.rs"]
+pub mod dead_letters;
 pub mod handled;
 pub mod kafka;
 pub mod logs;
