@@ -58,17 +58,18 @@ mod cli;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::error::Error;
 use std::fmt;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::{Manager, Pool, PoolError, Runtime};
-use fresh_consumer::{BoxError, FreshConsumer, Handler, ProcessingOrder, Record, permanent};
-use tokio::sync::{mpsc, oneshot};
+use fresh_consumer::{
+    Batch, BatchError, BatchHandler, BoxError, FreshConsumer, Handler, Record, permanent,
+};
 use tokio_postgres::NoTls;
 
 // ---------------------------------------------------------------------------
@@ -116,15 +117,10 @@ SELECT id, amount, $1, $2, o FROM unnest($3::text[], $4::bigint[], $5::bigint[])
 pub enum Transactions {
     /// One transaction per record.
     PerRecord,
-    /// One transaction for the records of a partition that wait together,
-    /// up to `max`. The consumer must run with
-    /// [`ProcessingOrder::Key`] so that several records of a partition are
-    /// in flight at once ([`PostgresSink::processing_order`] gives the
-    /// matching order): each handler call waits until the transaction
-    /// holding its record committed, so `Ok` still means "written". Records
-    /// of one key stay in offset order; records of different keys may be
-    /// written out of offset order. Records without a key form one lane and
-    /// do not batch.
+    /// One transaction per batch of a partition's records, up to `max`:
+    /// the sink runs as a batch handler
+    /// ([`FreshConsumer::batched`](fresh_consumer::FreshConsumer::batched)),
+    /// in offset order.
     Batched {
         /// Most records in one transaction; at least 1.
         max: usize,
@@ -203,6 +199,16 @@ impl SinkError {
         self.code
             .as_deref()
             .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
+    }
+
+    /// The error as the handler returns it: marked [`permanent`] when it
+    /// fails the same way at every retry (see [`Self::is_permanent`]).
+    pub fn into_retry(self) -> BoxError {
+        if self.is_permanent() {
+            permanent(self)
+        } else {
+            self.into()
+        }
     }
 
     fn unreachable(target: &Arc<str>, cause: &dyn Error) -> Self {
@@ -308,20 +314,7 @@ pub struct PostgresSink(Arc<Shared>);
 struct Shared {
     pool: Pool,
     target: Arc<str>,
-    transactions: Transactions,
     stats: Arc<SinkStats>,
-    /// Batched mode: the queue of each partition's writer task.
-    writers: Mutex<HashMap<PartitionKey, mpsc::UnboundedSender<Pending>>>,
-}
-
-/// A topic and a partition.
-type PartitionKey = (Arc<str>, i32);
-
-/// A record waiting in a partition's queue for its transaction.
-struct Pending {
-    offset: i64,
-    order: Order,
-    done: oneshot::Sender<Result<Outcome, SinkError>>,
 }
 
 impl PostgresSink {
@@ -329,19 +322,12 @@ impl PostgresSink {
     /// with a pool of up to `pool_size` connections, and creates the schema
     /// when missing. Fails with an [`SinkErrorKind::Unreachable`] error when
     /// the database cannot be reached.
-    pub async fn connect(
-        database_url: &str,
-        pool_size: usize,
-        transactions: Transactions,
-    ) -> Result<Self, BoxError> {
+    pub async fn connect(database_url: &str, pool_size: usize) -> Result<Self, BoxError> {
         let mut config: tokio_postgres::Config = database_url
             .parse()
             .map_err(|e| format!("DATABASE_URL is not a PostgreSQL URL: {e}"))?;
         // A server that does not answer at all fails the attempt in time.
         config.connect_timeout(Duration::from_secs(5));
-        if let Transactions::Batched { max: 0 } = transactions {
-            return Err("a batch holds at least 1 record".into());
-        }
         let target: Arc<str> = describe(&config).into();
         let pool = Pool::builder(Manager::new(config, NoTls))
             .max_size(pool_size.max(1))
@@ -361,18 +347,8 @@ impl PostgresSink {
         Ok(PostgresSink(Arc::new(Shared {
             pool,
             target,
-            transactions,
             stats: Arc::default(),
-            writers: Mutex::default(),
         })))
-    }
-
-    /// The processing order the consumer must run with.
-    pub fn processing_order(&self) -> ProcessingOrder {
-        match self.0.transactions {
-            Transactions::PerRecord => ProcessingOrder::Partition,
-            Transactions::Batched { max } => ProcessingOrder::Key { max_in_flight: max },
-        }
     }
 
     /// The sink's counters.
@@ -400,38 +376,6 @@ impl PostgresSink {
         records: &[(i64, &Order)],
     ) -> Result<Vec<Outcome>, SinkError> {
         self.0.write(topic, partition, records).await
-    }
-
-    /// Batched mode: queues the record for its partition's writer task and
-    /// waits for the transaction that holds it.
-    async fn write_batched(
-        &self,
-        max: usize,
-        record: &Record,
-        order: Order,
-    ) -> Result<Outcome, SinkError> {
-        let (done, outcome) = oneshot::channel();
-        let pending = Pending {
-            offset: record.offset(),
-            order,
-            done,
-        };
-        {
-            let mut writers = self.0.writers.lock().unwrap();
-            let key: PartitionKey = (record.topic().into(), record.partition());
-            let queue = writers
-                .entry(key.clone())
-                .or_insert_with(|| spawn_writer(Arc::downgrade(&self.0), key.clone(), max));
-            if let Err(mpsc::error::SendError(pending)) = queue.send(pending) {
-                // The writer ended (its runtime shut down; another one runs
-                // the sink now): start anew.
-                *queue = spawn_writer(Arc::downgrade(&self.0), key, max);
-                let _ = queue.send(pending);
-            }
-        }
-        outcome
-            .await
-            .map_err(|_| SinkError::unreachable(&self.0.target, &WriterGone))?
     }
 }
 
@@ -515,91 +459,58 @@ async fn write_transaction(
         .collect())
 }
 
-/// Batched mode: writes a partition's queued records, up to `max` per
-/// transaction, one transaction at a time; records that arrive while one
-/// runs go into the next (no timer: a lone record is written at once).
-fn spawn_writer(
-    sink: Weak<Shared>,
-    key: PartitionKey,
-    max: usize,
-) -> mpsc::UnboundedSender<Pending> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(partition_writer(sink, key, max, rx));
-    tx
-}
-
-async fn partition_writer(
-    sink: Weak<Shared>,
-    (topic, partition): PartitionKey,
-    max: usize,
-    mut queue: mpsc::UnboundedReceiver<Pending>,
-) {
-    let mut batch = Vec::with_capacity(max);
-    while queue.recv_many(&mut batch, max).await > 0 {
-        let Some(sink) = sink.upgrade() else { return };
-        let records: Vec<(i64, &Order)> = batch.iter().map(|p| (p.offset, &p.order)).collect();
-        let result = sink.write(&topic, partition, &records).await;
-        drop(records);
-        if let Err(e) = &result
-            && e.is_permanent()
-            && batch.len() > 1
-        {
-            // One record the tables refuse fails its whole batch: write them
-            // one by one, so only that record gets the permanent error.
-            for pending in batch.drain(..) {
-                let one = [(pending.offset, &pending.order)];
-                let result = sink.write(&topic, partition, &one).await;
-                let _ = pending.done.send(result.map(|o| o[0]));
-            }
-            continue;
-        }
-        for (i, pending) in batch.drain(..).enumerate() {
-            let _ = pending.done.send(match &result {
-                Ok(outcomes) => Ok(outcomes[i]),
-                Err(e) => Err(e.clone()),
-            });
-        }
-    }
-}
-
-#[derive(Debug)]
-struct WriterGone;
-
-impl fmt::Display for WriterGone {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the partition's writer task ended before the write")
-    }
-}
-
-impl Error for WriterGone {}
-
-/// The handler. `Ok` only once the record's transaction committed (or its
-/// key was already there); an error makes the consumer retry the record.
-///
+/// The per-record handler: one transaction per record. `Ok` only once the
+/// record's transaction committed (or its key was already there); an error
+/// makes the consumer retry the record.
 impl Handler for PostgresSink {
     type Error = BoxError;
 
     async fn handle(&self, record: Record) -> Result<(), BoxError> {
         // A payload that can never be written is not retried.
         let order = parse_order(record.payload()).map_err(permanent)?;
-        let written = match self.0.transactions {
-            Transactions::PerRecord => self
-                .write(
-                    record.topic(),
-                    record.partition(),
-                    &[(record.offset(), &order)],
-                )
-                .await
-                .map(drop),
-            Transactions::Batched { max } => {
-                self.write_batched(max, &record, order).await.map(drop)
+        self.write(
+            record.topic(),
+            record.partition(),
+            &[(record.offset(), &order)],
+        )
+        .await
+        .map(drop)
+        .map_err(SinkError::into_retry)
+    }
+}
+
+/// The batch handler: one transaction per batch of a partition's records
+/// ([`FreshConsumer::batched`]). `Ok` only once the batch's transaction
+/// committed. A payload that cannot be parsed fails at its record: the
+/// records before it are written in the transaction, it goes to
+/// `OnExhausted` as permanent, the rest come back as a new batch. A value
+/// the tables refuse fails the whole transaction, permanently: the library
+/// then writes the batch's records one at a time (each its own
+/// transaction), so only that record takes the permanent error.
+impl BatchHandler for PostgresSink {
+    type Error = BatchError;
+
+    async fn handle(&self, batch: Batch) -> Result<(), BatchError> {
+        let mut orders = Vec::with_capacity(batch.len());
+        let mut unparsable = None;
+        for (i, record) in batch.iter().enumerate() {
+            match parse_order(record.payload()) {
+                Ok(order) => orders.push((record.offset(), order)),
+                Err(e) => {
+                    unparsable = Some((i, e));
+                    break;
+                }
             }
-        };
-        match written {
-            Ok(()) => Ok(()),
-            // A value the tables refuse fails again at every retry.
-            Err(e) if e.is_permanent() => Err(permanent(e)),
-            Err(e) => Err(e.into()),
+        }
+        if !orders.is_empty() {
+            let records: Vec<(i64, &Order)> = orders.iter().map(|(o, r)| (*o, r)).collect();
+            self.write(batch.topic(), batch.partition(), &records)
+                .await
+                .map_err(|e| BatchError::new(e.into_retry()))?;
+        }
+        match unparsable {
+            Some((i, e)) => Err(BatchError::at(i, permanent(e))),
+            None => Ok(()),
         }
     }
 }
@@ -713,7 +624,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         // One transaction at a time per partition, plus one spare.
         Transactions::Batched { .. } => args.partitions as usize + 1,
     };
-    let sink = PostgresSink::connect(&url, pool_size, args.transactions)
+    let sink = PostgresSink::connect(&url, pool_size)
         .await
         .map_err(|e| format!("{} (is DATABASE_URL right?)", cli::chain(e.as_ref())))?;
     println!(
@@ -727,14 +638,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
     );
     match &args.cluster {
         Some((bootstrap, topic, group)) => {
-            let summary = FreshConsumer::new(sink.clone())
-                .bootstrap_servers(bootstrap.clone())
-                .group_id(group.clone())
-                .topics([topic.clone()])
-                .processing_order(sink.processing_order())
-                .retry_backoff(Duration::from_millis(100), Duration::from_secs(5))
-                .run_until(cli::shutdown_signal())
-                .await?;
+            let summary = match args.transactions {
+                Transactions::PerRecord => {
+                    configure(FreshConsumer::new(sink.clone()), bootstrap, topic, group)
+                        .run_until(cli::shutdown_signal())
+                        .await?
+                }
+                Transactions::Batched { max } => {
+                    let batched = FreshConsumer::batched(sink.clone()).max_batch_records(max);
+                    configure(batched, bootstrap, topic, group)
+                        .run_until(cli::shutdown_signal())
+                        .await?
+                }
+            };
             report(&sink.stats(), None);
             print_committed(&summary);
             Ok(())
@@ -797,15 +713,7 @@ async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
     };
     let started = Instant::now();
     let first = Arc::new(Mutex::new(None::<Instant>));
-    let consumer = FreshConsumer::new(sink.clone())
-        .bootstrap_servers(bootstrap.clone())
-        .group_id(format!("{topic}-sink"))
-        .topics([topic.clone()])
-        .processing_order(sink.processing_order())
-        .set("fetch.wait.max.ms", "20")
-        .commit_interval(Duration::from_millis(200))
-        .retry_backoff(Duration::from_millis(100), Duration::from_secs(5))
-        .shutdown_timeout(Duration::from_secs(10));
+    let group = format!("{topic}-sink");
     // The clock starts at the first write, not at the group join.
     let watch_first = {
         let stats = Arc::clone(&stats);
@@ -817,14 +725,30 @@ async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
             *first.lock().unwrap() = Some(Instant::now());
         })
     };
-    let summary = consumer
-        .run_until(async {
-            tokio::select! {
-                () = done => {}
-                () = cli::shutdown_signal() => println!("signal received; stopping"),
-            }
-        })
-        .await?;
+    let until = async {
+        tokio::select! {
+            () = done => {}
+            () = cli::shutdown_signal() => println!("signal received; stopping"),
+        }
+    };
+    let summary = match args.transactions {
+        Transactions::PerRecord => {
+            demo_settings(configure(
+                FreshConsumer::new(sink.clone()),
+                &bootstrap,
+                &topic,
+                &group,
+            ))
+            .run_until(until)
+            .await?
+        }
+        Transactions::Batched { max } => {
+            let batched = FreshConsumer::batched(sink.clone()).max_batch_records(max);
+            demo_settings(configure(batched, &bootstrap, &topic, &group))
+                .run_until(until)
+                .await?
+        }
+    };
     let finished = Instant::now();
     watch_first.abort();
     let first = first.lock().unwrap().unwrap_or(started);
@@ -852,6 +776,29 @@ async fn demo(args: &Args, sink: PostgresSink) -> Result<(), BoxError> {
     drop(producer);
     drop(broker);
     Ok(())
+}
+
+/// The settings both handler modes share: where to read from, and a
+/// backoff that reaches a database back within 5 s of its return.
+fn configure<H>(
+    consumer: FreshConsumer<H>,
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+) -> FreshConsumer<H> {
+    consumer
+        .bootstrap_servers(bootstrap)
+        .group_id(group)
+        .topics([topic])
+        .retry_backoff(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// The demo's settings on the embedded broker.
+fn demo_settings<H>(consumer: FreshConsumer<H>) -> FreshConsumer<H> {
+    consumer
+        .set("fetch.wait.max.ms", "20")
+        .commit_interval(Duration::from_millis(200))
+        .shutdown_timeout(Duration::from_secs(10))
 }
 
 fn print_committed(summary: &fresh_consumer::RunSummary) {

@@ -42,7 +42,9 @@ use fresh_consumer::metrics::{
     BATCH_DURATION, ERROR_TYPE, HANDLER_RETRIES, MESSAGING_DESTINATION_NAME, POLL_INTERVAL,
     PROCESS_DURATION,
 };
-use fresh_consumer::{HealthHandle, HealthReason, HealthThresholds, PartitionStatus};
+use fresh_consumer::{
+    FreshConsumer, HealthHandle, HealthReason, HealthThresholds, PartitionStatus,
+};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{
     InMemoryMetricExporter, InMemoryMetricExporterBuilder, PeriodicReader, SdkMeterProvider,
@@ -456,7 +458,7 @@ async fn an_unreachable_database_is_a_clear_error() {
         l.local_addr().unwrap().port()
     };
     let url = format!("postgres://postgres@127.0.0.1:{port}/orders");
-    let err = match PostgresSink::connect(&url, 1, Transactions::PerRecord).await {
+    let err = match PostgresSink::connect(&url, 1).await {
         Ok(_) => panic!("connected to a port nobody listens on"),
         Err(e) => e,
     };
@@ -521,7 +523,7 @@ fn child_sink() {
     };
     logs::init();
     child::block_on(async move {
-        let sink = PostgresSink::connect(&url, CRASH_PARTITIONS as usize + 1, transactions)
+        let sink = PostgresSink::connect(&url, CRASH_PARTITIONS as usize + 1)
             .await
             .expect("the child reaches PostgreSQL");
         let stats = sink.stats();
@@ -534,16 +536,30 @@ fn child_sink() {
                 }
             })
         };
-        let summary = child::consumer(sink.clone(), &target)
-            .processing_order(sink.processing_order())
-            .retry_backoff(Duration::from_millis(10), Duration::from_millis(200))
-            .run_until(child::stdin_closed())
-            .await
-            .expect("the child consumer ran without a fatal error");
+        let summary = match transactions {
+            Transactions::PerRecord => {
+                child_settings(child::consumer(sink.clone(), &target))
+                    .run_until(child::stdin_closed())
+                    .await
+            }
+            // One transaction per batch: the batch handler.
+            Transactions::Batched { max } => {
+                let batched = FreshConsumer::batched(sink.clone()).max_batch_records(max);
+                child_settings(child::configure(batched, &target))
+                    .run_until(child::stdin_closed())
+                    .await
+            }
+        }
+        .expect("the child consumer ran without a fatal error");
         writer.abort();
         write_stats(&stats_path, &stats);
         eprintln!("child summary: {summary:?}");
     });
+}
+
+/// The children's retry backoff: short, to retry soon after a kill.
+fn child_settings<H>(consumer: FreshConsumer<H>) -> FreshConsumer<H> {
+    consumer.retry_backoff(Duration::from_millis(10), Duration::from_millis(200))
 }
 
 /// `written duplicates transactions`, replaced atomically (a kill never
@@ -859,7 +875,7 @@ async fn a_slow_database_shows_as_lagging_not_stalled_and_catches_up() {
     else {
         return;
     };
-    let sink = PostgresSink::connect(&db.url, SLOW_PARTITIONS as usize, Transactions::PerRecord)
+    let sink = PostgresSink::connect(&db.url, SLOW_PARTITIONS as usize)
         .await
         .expect("sink");
     let client = db.client().await;
@@ -1080,7 +1096,7 @@ async fn while_the_database_is_away_nothing_is_committed_past_and_nothing_lost()
     else {
         return;
     };
-    let sink = PostgresSink::connect(&db.url, AWAY_PARTITIONS as usize, Transactions::PerRecord)
+    let sink = PostgresSink::connect(&db.url, AWAY_PARTITIONS as usize)
         .await
         .expect("sink");
     // The test's own connection to the database survives the outage: it

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use fresh_consumer::{FreshConsumer, Handler};
 
-use super::kafka::{TestCluster, fast_consumer};
+use super::kafka::{TestCluster, fast};
 use super::wait::wait_until;
 
 /// The cluster's bootstrap servers, the group and the topic, for the child.
@@ -73,8 +73,13 @@ pub fn var(name: &str) -> String {
 /// broker waits `session.timeout.ms - 1 s` for members at each membership
 /// change).
 pub fn consumer<H: Handler>(handler: H, target: &Target) -> FreshConsumer<H> {
+    configure(FreshConsumer::new(handler), target)
+}
+
+/// [`consumer`]'s settings on any consumer (a batched one too).
+pub fn configure<H>(consumer: FreshConsumer<H>, target: &Target) -> FreshConsumer<H> {
     let session_ms: u64 = var(SESSION_MS).parse().expect("session timeout in ms");
-    fast_consumer(handler, &target.bootstrap, &target.group, &target.topic)
+    fast(consumer, &target.bootstrap, &target.group, &target.topic)
         .set("session.timeout.ms", session_ms.to_string())
         .set("heartbeat.interval.ms", (session_ms / 10).to_string())
         .revoke_timeout(Duration::from_secs(1))

@@ -408,12 +408,23 @@ impl TestCluster {
 
     /// The group's committed offsets (next offset to read; -1001 when none)
     /// for partitions `0..partitions`, read from the broker.
+    /// A failed read is tried again for up to [`WAIT`] (a broker that just
+    /// started may answer the first offset fetch with a retriable error,
+    /// such as its offsets topic still loading).
     pub async fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         let reader = self.offset_reader(group, topic, partitions);
         tokio::task::spawn_blocking(move || {
-            reader
-                .committed(Duration::from_secs(10))
-                .expect("committed offsets")
+            let deadline = Instant::now() + WAIT;
+            loop {
+                match reader.committed(Duration::from_secs(10)) {
+                    Ok(offsets) => return offsets,
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!("reading committed offsets failed ({e}); reading again");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => panic!("committed offsets: {e}"),
+                }
+            }
         })
         .await
         .expect("offset reader task")
