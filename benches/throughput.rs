@@ -34,6 +34,11 @@
 //!   record of a partition has its own key here, so every record takes the
 //!   key-ordered path's lane bookkeeping; the paired pass prints its CPU
 //!   time per record over `fresh_metrics_on`'s (target <= 1.2).
+//! - `fresh_batched`, `fresh_batch_of_one`: `fresh_metrics_on` with a batch
+//!   handler (`FreshConsumer::batched`, issue 25) that only counts, with
+//!   `max_batch_records` 500 (the default) or 1; the paired pass prints
+//!   both over the per-record handler (a batch of 1 is the batch path's
+//!   cost per call).
 //!
 //! Every consumer sets `fetch.queue.backoff.ms=10`, `fetch.wait.max.ms=10`
 //! and `session.timeout.ms=6000` (see `support::CONSUMER_PROPS`).
@@ -56,7 +61,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::Throughput;
-use fresh_consumer::ProcessingOrder;
+use fresh_consumer::{FreshConsumer, Handler, ProcessingOrder};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::metrics::noop::NoopMeterProvider;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -75,16 +80,20 @@ enum Variant {
     FreshTraceUnsampled,
     FreshTraceSampled,
     FreshKeyOrdered,
+    FreshBatched,
+    FreshBatchOfOne,
 }
 
 impl Variant {
-    const ALL: [Variant; 6] = [
+    const ALL: [Variant; 8] = [
         Variant::Raw,
         Variant::FreshMetricsOn,
         Variant::FreshMetricsOff,
         Variant::FreshTraceUnsampled,
         Variant::FreshTraceSampled,
         Variant::FreshKeyOrdered,
+        Variant::FreshBatched,
+        Variant::FreshBatchOfOne,
     ];
 
     fn name(self) -> &'static str {
@@ -95,6 +104,8 @@ impl Variant {
             Variant::FreshTraceUnsampled => "fresh_trace_unsampled",
             Variant::FreshTraceSampled => "fresh_trace_sampled",
             Variant::FreshKeyOrdered => "fresh_key_ordered",
+            Variant::FreshBatched => "fresh_batched",
+            Variant::FreshBatchOfOne => "fresh_batch_of_one",
         }
     }
 }
@@ -111,11 +122,16 @@ impl Setup {
     async fn run(&self, v: Variant) -> (Duration, Duration) {
         let took = match v {
             Variant::Raw => self.raw().await,
-            Variant::FreshMetricsOn => self.fresh(true, None, false).await,
-            Variant::FreshMetricsOff => self.fresh(false, None, false).await,
-            Variant::FreshTraceUnsampled => self.fresh(false, Some(false), false).await,
-            Variant::FreshTraceSampled => self.fresh(false, Some(true), false).await,
-            Variant::FreshKeyOrdered => self.fresh(true, None, true).await,
+            Variant::FreshMetricsOn => self.fresh(true, None, Shape::Record).await,
+            Variant::FreshMetricsOff => self.fresh(false, None, Shape::Record).await,
+            Variant::FreshTraceUnsampled => self.fresh(false, Some(false), Shape::Record).await,
+            Variant::FreshTraceSampled => self.fresh(false, Some(true), Shape::Record).await,
+            Variant::FreshKeyOrdered => self.fresh(true, None, Shape::KeyOrdered).await,
+            Variant::FreshBatched => {
+                let max = fresh_consumer::DEFAULT_MAX_BATCH_RECORDS;
+                self.fresh(true, None, Shape::Batched(max)).await
+            }
+            Variant::FreshBatchOfOne => self.fresh(true, None, Shape::Batched(1)).await,
         };
         assert!(!took.0.is_zero(), "{v:?}: no time measured");
         took
@@ -168,20 +184,40 @@ impl Setup {
     }
 
     /// `trace`: `None` without a tracer provider, else whether spans are
-    /// sampled. `key_ordered`: `ProcessingOrder::Key { max_in_flight: 64 }`.
+    /// sampled.
     async fn fresh(
         &self,
         metrics: bool,
         trace: Option<bool>,
-        key_ordered: bool,
+        shape: Shape,
     ) -> (Duration, Duration) {
         let progress = Progress::with_cpu(self.total);
-        let mut c = support::fresh_consumer(
-            Count(Arc::clone(&progress)),
-            &self.bootstrap,
-            [self.topic.as_str()],
-            unique("fresh"),
-        );
+        let count = Count(Arc::clone(&progress));
+        match shape {
+            Shape::Record => {
+                let c = FreshConsumer::new(count);
+                self.fresh_run(c, metrics, trace, &progress).await
+            }
+            Shape::KeyOrdered => {
+                let c = FreshConsumer::new(count)
+                    .processing_order(ProcessingOrder::Key { max_in_flight: 64 });
+                self.fresh_run(c, metrics, trace, &progress).await
+            }
+            Shape::Batched(max) => {
+                let c = FreshConsumer::batched(count).max_batch_records(max);
+                self.fresh_run(c, metrics, trace, &progress).await
+            }
+        }
+    }
+
+    async fn fresh_run<H: Handler>(
+        &self,
+        c: FreshConsumer<H>,
+        metrics: bool,
+        trace: Option<bool>,
+        progress: &Arc<Progress>,
+    ) -> (Duration, Duration) {
+        let mut c = support::configure(c, &self.bootstrap, [self.topic.as_str()], unique("fresh"));
         // Diagnostics only (README: "Why"): override library options.
         if let Some(n) = env_opt("BENCH_FRESH_MAX_BUFFERED") {
             c = c.max_buffered_records(n);
@@ -191,9 +227,6 @@ impl Setup {
         }
         if env_opt("BENCH_FRESH_READ_HEADERS") == Some(0) {
             c = c.read_headers(false);
-        }
-        if key_ordered {
-            c = c.processing_order(ProcessingOrder::Key { max_in_flight: 64 });
         }
         // A provider per run: the group name is an attribute, and a provider
         // shared by every run would grow towards the cardinality limit.
@@ -207,7 +240,7 @@ impl Setup {
             Some(t) => c.tracer_provider(t),
             None => c,
         };
-        support::run_to_target(c, &progress, DEADLINE)
+        support::run_to_target(c, progress, DEADLINE)
             .await
             .expect("fresh consumer");
         if let Some((p, exporter)) = provider {
@@ -223,6 +256,18 @@ impl Setup {
         }
         progress.elapsed_and_cpu()
     }
+}
+
+/// How the handler is called.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// One record per call, in partition order.
+    Record,
+    /// `ProcessingOrder::Key { max_in_flight: 64 }`.
+    KeyOrdered,
+    /// A batch handler (`FreshConsumer::batched`) with this
+    /// `max_batch_records`.
+    Batched(usize),
 }
 
 /// A tracer provider: always-on with a batch processor to an exporter that
@@ -321,6 +366,9 @@ fn main() {
         let mut ratios_sampled = Vec::new();
         let mut key_cpu = Vec::new();
         let mut key_rate = Vec::new();
+        let (mut batched_rate, mut batched_cpu, mut batched_raw) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let (mut one_rate, mut one_cpu) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let mut rate = [0.0; Variant::ALL.len()];
             let mut cpu = [0.0; Variant::ALL.len()];
@@ -332,6 +380,11 @@ fn main() {
             }
             key_cpu.push(cpu[5] / cpu[1]);
             key_rate.push(rate[5] / rate[1]);
+            batched_rate.push(rate[6] / rate[1]);
+            batched_cpu.push(cpu[6] / cpu[1]);
+            one_rate.push(rate[7] / rate[1]);
+            one_cpu.push(cpu[7] / cpu[1]);
+            batched_raw.push(rate[6] / rate[0]);
             ratios_on.push(rate[1] / rate[0]);
             ratios_off.push(rate[2] / rate[0]);
             ratios_unsampled.push(rate[3] / rate[0]);
@@ -366,6 +419,20 @@ fn main() {
                 "NOT met"
             },
             median(&key_rate)
+        );
+        let (lo_b, hi_b) = min_max(&batched_rate);
+        let (lo_o, hi_o) = min_max(&one_rate);
+        println!(
+            "  batch handler (max_batch_records {}) over the per-record handler, metrics on: records/s {:.2} (min {lo_b:.2}, max {hi_b:.2}), CPU per record {:.2}; over raw {:.2}",
+            fresh_consumer::DEFAULT_MAX_BATCH_RECORDS,
+            median(&batched_rate),
+            median(&batched_cpu),
+            median(&batched_raw)
+        );
+        println!(
+            "  batches of one (max_batch_records 1) over the per-record handler: records/s {:.2} (min {lo_o:.2}, max {hi_o:.2}), CPU per record {:.2}: the cost of a batch of 1",
+            median(&one_rate),
+            median(&one_cpu)
         );
     }
     drop(rt);

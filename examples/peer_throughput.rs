@@ -11,6 +11,7 @@
 //! cargo run --release --example peer_throughput -- --raw ...       # raw rdkafka baseline
 //! cargo run --release --example peer_throughput -- --raw-otel ...  # raw rdkafka + hand-written age histogram
 //! cargo run --release --example peer_throughput -- --c-api ...     # librdkafka's C API, no Rust wrapper
+//! cargo run --release --example peer_throughput -- --batched 500 ... # a no-op batch handler
 //! ```
 //!
 //! `--topic` takes one topic or a comma-separated list. The group must be new
@@ -23,6 +24,9 @@
 //!   the run) passed with `meter_provider`, and `commit_interval` 100 ms. The
 //!   library records the event age (now - record timestamp) after the handler
 //!   succeeded, as it always does.
+//! - `--batched MAX`: the default mode with a no-op batch handler
+//!   (`FreshConsumer::batched`, `max_batch_records` MAX; 1 measures the
+//!   cost of a batch of one).
 //! - `--raw`: `StreamConsumer::recv()` in a loop, noting the next offset per
 //!   partition and committing that `TopicPartitionList` with
 //!   `CommitMode::Async` every 100 ms. No handler, no metrics: the client's
@@ -74,6 +78,7 @@ use opentelemetry::metrics::MeterProvider as _;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use fresh_consumer::FreshConsumer;
 use support::{COMMIT_EVERY, Count, Progress};
 
 /// The hand-written wrapper's histogram (`--raw-otel`).
@@ -82,6 +87,8 @@ const WRAPPER_AGE: &str = "peer.event_age";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Fresh,
+    /// `FreshConsumer::batched` with this `max_batch_records`.
+    Batched(usize),
     Raw,
     RawOtel,
     CApi,
@@ -91,6 +98,8 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Fresh => "fresh",
+            Mode::Batched(1) => "fresh-batch-of-one",
+            Mode::Batched(_) => "fresh-batched",
             Mode::Raw => "raw",
             Mode::RawOtel => "raw-otel",
             Mode::CApi => "c-api",
@@ -99,7 +108,7 @@ impl Mode {
 
     fn client(self) -> &'static str {
         match self {
-            Mode::Fresh => "fresh-consumer",
+            Mode::Fresh | Mode::Batched(_) => "fresh-consumer",
             Mode::Raw | Mode::RawOtel => "rdkafka",
             Mode::CApi => "librdkafka",
         }
@@ -117,7 +126,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: peer_throughput --bootstrap HOST:PORT --topic T[,T...] --records N \
-                     [--group G] [--raw | --raw-otel | --c-api] [--timeout-secs S]";
+                     [--group G] [--raw | --raw-otel | --c-api | --batched MAX] [--timeout-secs S]";
 
 fn parse_args() -> Result<Args, String> {
     let mut bootstrap = None;
@@ -158,6 +167,9 @@ fn parse_args() -> Result<Args, String> {
             "--raw" => mode = Mode::Raw,
             "--raw-otel" => mode = Mode::RawOtel,
             "--c-api" => mode = Mode::CApi,
+            "--batched" => {
+                mode = Mode::Batched(value()?.parse().map_err(|e| format!("--batched: {e}"))?)
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -185,7 +197,8 @@ fn parse_args() -> Result<Args, String> {
 async fn main() -> ExitCode {
     let args = cli::args_or_exit("peer_throughput", parse_args);
     let result = match args.mode {
-        Mode::Fresh => fresh(&args).await,
+        Mode::Fresh => fresh(&args, None).await,
+        Mode::Batched(max) => fresh(&args, Some(max)).await,
         Mode::Raw | Mode::RawOtel => raw(&args).await,
         Mode::CApi => c_api(&args),
     };
@@ -238,18 +251,24 @@ struct Measured {
 }
 
 /// `FreshConsumer` with a no-op handler and real SDK instruments, as the
-/// throughput bench runs it.
-async fn fresh(args: &Args) -> Result<Measured, Box<dyn Error>> {
+/// throughput bench runs it; with `batched`, a no-op batch handler with
+/// that `max_batch_records`.
+async fn fresh(args: &Args, batched: Option<usize>) -> Result<Measured, Box<dyn Error>> {
     let progress = Progress::new(args.records);
     let (provider, exporter) = support::sdk_provider();
-    let consumer = support::fresh_consumer(
-        Count(Arc::clone(&progress)),
-        &args.bootstrap,
-        &args.topics,
-        args.group.clone(),
-    )
-    .meter_provider(&provider);
-    let summary = support::run_to_target(consumer, &progress, args.timeout).await?;
+    let count = Count(Arc::clone(&progress));
+    let summary = match batched {
+        None => {
+            let c = FreshConsumer::new(count);
+            let c = support::configure(c, &args.bootstrap, &args.topics, args.group.clone());
+            support::run_to_target(c.meter_provider(&provider), &progress, args.timeout).await?
+        }
+        Some(max) => {
+            let c = FreshConsumer::batched(count).max_batch_records(max);
+            let c = support::configure(c, &args.bootstrap, &args.topics, args.group.clone());
+            support::run_to_target(c.meter_provider(&provider), &progress, args.timeout).await?
+        }
+    };
     // The library flushed the provider at shutdown: the exporter saw the
     // final (cumulative) histogram.
     let _ = provider.shutdown();

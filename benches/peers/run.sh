@@ -25,7 +25,9 @@
 #   PEERS_RECORDS_PER_PARTITION (35000) 100 B payload, 8 B key: ~4.2 MB per partition (mock keeps 5 MiB)
 #   PEERS_CLIENTS                       space-separated subset of:
 #       c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
-#       (default: all nine; c-api is the plain librdkafka C consumer through
+#       fresh-batched fresh-batch-of-one
+#       (default: the first nine; fresh-batched / fresh-batch-of-one are the
+#       batch handler with max_batch_records 500 / 1; c-api is the plain librdkafka C consumer through
 #       rdkafka-sys, peer_throughput --c-api; the -nohist ones are diagnostics:
 #       the wrapper without its histogram record)
 #   PEERS_TIMEOUT_SECS (600)            per run
@@ -120,6 +122,8 @@ run_client() { # client group
         raw) "$bin/peer_throughput" --raw --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw-otel) "$bin/peer_throughput" --raw-otel --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh) "$bin/peer_throughput" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
+        fresh-batched) "$bin/peer_throughput" --batched 500 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
+        fresh-batch-of-one) "$bin/peer_throughput" --batched 1 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         python) "$py" "$here/python/consume.py" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         kafkajs) node "$here/kafkajs/consume.js" --mode eachMessage --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         kafkajs-batch) node "$here/kafkajs/consume.js" --mode eachBatch --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;

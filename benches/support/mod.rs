@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
 use fresh_consumer::metrics::EVENT_AGE;
-use fresh_consumer::{FreshConsumer, Handler, Record, RunSummary};
+use fresh_consumer::{Batch, BatchError, BatchHandler, FreshConsumer, Handler, Record, RunSummary};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -169,7 +169,21 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    let mut c = FreshConsumer::new(handler)
+    configure(FreshConsumer::new(handler), bootstrap, topics, group)
+}
+
+/// [`fresh_consumer`]'s settings on any consumer (a batched one too).
+pub fn configure<H, I, S>(
+    consumer: FreshConsumer<H>,
+    bootstrap: &str,
+    topics: I,
+    group: impl Into<String>,
+) -> FreshConsumer<H>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut c = consumer
         .bootstrap_servers(bootstrap)
         .group_id(group)
         .topics(topics)
@@ -309,6 +323,16 @@ impl Progress {
         self.finished();
     }
 
+    /// `n` records were handled in no time (a batch).
+    pub fn hit_n(&self, n: u64) {
+        self.started();
+        let before = self.n.fetch_add(n, Ordering::Relaxed);
+        if before < self.target && before + n >= self.target {
+            let _ = self.last.set(self.now());
+            self.done.notify_one();
+        }
+    }
+
     /// Records handled so far.
     pub fn count(&self) -> u64 {
         self.n.load(Ordering::Relaxed)
@@ -351,6 +375,17 @@ impl Handler for Count {
 
     fn handle(&self, _record: Record) -> impl Future<Output = Result<(), Infallible>> + Send {
         self.0.hit();
+        std::future::ready(Ok(()))
+    }
+}
+
+/// As a batch handler ([`FreshConsumer::batched`]): counts the batch's
+/// records.
+impl BatchHandler for Count {
+    type Error = BatchError;
+
+    fn handle(&self, batch: Batch) -> impl Future<Output = Result<(), BatchError>> + Send {
+        self.0.hit_n(batch.len() as u64);
         std::future::ready(Ok(()))
     }
 }
