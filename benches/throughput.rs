@@ -204,7 +204,12 @@ impl Setup {
                 self.fresh_run(c, metrics, trace, &progress).await
             }
             Shape::Batched(max) => {
-                let c = FreshConsumer::batched(count).max_batch_records(max);
+                let mut c = FreshConsumer::batched(count).max_batch_records(max);
+                // Diagnostics only: the last batch of each partition waits
+                // `max_batch_wait` for records that never come.
+                if let Some(ms) = env_opt("BENCH_BATCH_WAIT_MS") {
+                    c = c.max_batch_wait(Duration::from_millis(ms as u64));
+                }
                 self.fresh_run(c, metrics, trace, &progress).await
             }
         }

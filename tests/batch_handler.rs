@@ -29,7 +29,7 @@ use support::handled::Seen;
 use support::kafka::{TestCluster, unique};
 use support::logs;
 use support::metrics::{InMemory, partition_attrs};
-use support::run::start;
+use support::run::{start, wait_snapshot};
 use support::wait::{WAIT, wait_until};
 
 /// One call of a batch handler: its partition and offsets.
@@ -172,6 +172,54 @@ async fn batches_hold_one_partition_in_offset_order_up_to_max_records() {
         assert_eq!(ages, 1_000, "{EVENT_AGE}: once per record, p{p}");
     }
     metrics.shutdown().await;
+}
+
+/// A batch closes once it holds `max_batch_records`, gathering records
+/// produced after the member was assigned (one at a time, each
+/// acknowledged before the next: normally after the batch's first was
+/// taken), well before its 30 s `max_batch_wait`; a short batch goes once
+/// `max_batch_wait` passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_closes_at_max_records_or_after_max_wait() {
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("batch-gather", 1).await;
+    let log = Log::default();
+    let run = start(
+        cluster
+            .batched(&group, &topic, log.handler(|_, _| Ok(())))
+            .max_batch_records(3)
+            .max_batch_wait(Duration::from_secs(30)),
+    );
+    wait_snapshot(&run.health, WAIT, "the partition assigned", |s| {
+        !s.partitions.is_empty()
+    })
+    .await;
+    for _ in 0..3 {
+        cluster.produce_many(&topic, 1, 1).await;
+    }
+    cluster.wait_committed(&group, &topic, &[3]).await;
+    run.stop().await;
+    assert_eq!(log.calls(), vec![(0, vec![0, 1, 2])]);
+
+    let log = Log::default();
+    let run = start(
+        cluster
+            .batched(
+                &unique("g-batch-gather-lone"),
+                &topic,
+                log.handler(|_, _| Ok(())),
+            )
+            .max_batch_records(10)
+            .max_batch_wait(Duration::from_millis(200)),
+    );
+    wait_until(
+        WAIT,
+        "the 3 records handled in a batch short of 10",
+        || async { log.succeeded.count(0) == 3 },
+    )
+    .await;
+    run.stop().await;
+    assert_eq!(log.calls(), vec![(0, vec![0, 1, 2])]);
 }
 
 /// A batch that fails at a named record completes exactly the records

@@ -456,3 +456,67 @@ async fn read_one(bootstrap: &str, topic: &str) -> Record {
     .await
     .expect("reader thread")
 }
+
+/// A batch handler's call is one process span (issue 25): with
+/// `messaging.batch.message_count`, the first record's offset, and a link to
+/// each record's producer span; never a producer's child, even with
+/// `ProducerContext::Parent` (a batch has many producers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_one_process_span_linked_to_every_producer() {
+    logs::init();
+    let (receiver, provider) = wire().await;
+    let tracer = provider.tracer("producer");
+    let (cluster, topic, group) = TestCluster::with_topic("traces-batch", 1).await;
+    let mut producers = Vec::new();
+    for i in 0..3 {
+        producers.push(produce_traced(&cluster, &tracer, &topic, &format!("key-{i}")).await);
+    }
+    let handler =
+        |_batch: fresh_consumer::Batch| async { Ok::<(), fresh_consumer::BatchError>(()) };
+    let run = start(
+        cluster
+            .batched(&group, &topic, handler)
+            .tracer_provider(&provider)
+            .trace_propagator(TraceContextPropagator::new())
+            .trace_producer_context(ProducerContext::Parent),
+    );
+    cluster.wait_committed(&group, &topic, &[3]).await;
+    run.stop().await;
+
+    let name = format!("process {topic}");
+    let count = |s: &ReceivedSpan| -> usize {
+        s.attributes["messaging.batch.message_count"]
+            .parse()
+            .expect("an int")
+    };
+    let spans = receiver
+        .wait_for_spans("process spans covering 3 records", WAIT, |s| {
+            s.iter()
+                .filter(|s| s.name == name)
+                .map(count)
+                .sum::<usize>()
+                == 3
+        })
+        .await;
+    let process = process_spans(&spans, &topic);
+    let mut linked = Vec::new();
+    let mut first = 0;
+    for span in &process {
+        assert_eq!(span.kind, KIND_CONSUMER);
+        assert_eq!(
+            span.parent_span_id, "",
+            "a batch span has no parent: {span:#?}"
+        );
+        assert_eq!(
+            span.links.len(),
+            count(span),
+            "a link per record: {span:#?}"
+        );
+        assert_eq!(span.attributes["messaging.kafka.offset"], first.to_string());
+        assert_eq!(span.attributes["fresh_consumer.outcome"], "succeeded");
+        first += count(span);
+        linked.extend(span.links.iter().cloned());
+    }
+    assert_eq!(linked, producers, "every producer span, in offset order");
+    let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+}

@@ -14,7 +14,7 @@ use rdkafka::consumer::ConsumerContext;
 use crate::failure::is_permanent;
 use crate::handler::{Batch, BatchSettings, Handler};
 use crate::metrics::instruments::AttemptError;
-use crate::record::Record;
+use crate::record::{EventTime, Record};
 use crate::trace::{BatchTrace, Outcome};
 
 use super::attempt::{PriorFailure, error_chain};
@@ -93,9 +93,12 @@ impl<H: Handler> Worker<H> {
         let max = batch.max_records;
         let mut records = Vec::with_capacity(max.min(64));
         records.push(first);
+        // Records of a retry tier wait for their due times.
+        let tier = self.engine.exhausted.tier_of(&self.state.topic).is_some();
         // `false`: the record is not due, so the batch closes.
         let mut admit = |records: &mut Vec<Record>, r: Record| -> bool {
-            if let Some(due) = self.due_ms_of(&r)
+            if tier
+                && let Some(due) = self.due_ms_of(&r)
                 && due > crate::record::unix_ms(SystemTime::now())
             {
                 *carry = Some(r);
@@ -329,9 +332,19 @@ impl<H: Handler> Worker<H> {
             return;
         }
         let now_ns = self.engine.wall_clock.unix_nanos(ended);
-        for r in records {
-            let (_, event_time) = self.origin_and_event_time(r);
-            self.state.metrics.succeeded(event_time, now_ns);
+        if self.engine.exhausted.tier_of(&self.state.topic).is_some() {
+            // A tier record's event time is its original record's.
+            for r in records {
+                let (_, event_time) = self.origin_and_event_time(r);
+                self.state.metrics.succeeded(event_time, now_ns);
+            }
+        } else {
+            let header = self.engine.settings.event_time_header.as_deref();
+            for r in records {
+                self.state
+                    .metrics
+                    .succeeded(EventTime::of(header, r), now_ns);
+            }
         }
         self.state.health.succeeded(ended);
         self.state.completed_all(
