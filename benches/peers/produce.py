@@ -2,12 +2,16 @@
 """Produce the peer comparison's workload (benches/peers/README.md).
 
     produce.py --bootstrap HOST:PORT --topics peers-a,peers-b --records-per-partition 35000 \
-               [--order partition|round-robin]
+               [--order partition|round-robin] [--create-topics PARTITIONS]
 
 Every partition of every topic gets the same number of records: an 8-byte
 key, a 100-byte payload, CreateTime = now. A topic that does not exist is
 created by the broker on first use (librdkafka's mock broker auto-creates
-topics with 4 partitions; it has no CreateTopics). Afterwards the script
+topics with 4 partitions; it has no CreateTopics). On a real broker, auto-creation
+would give `num.partitions` (1 by default), so run.sh's real-broker mode passes
+--create-topics 4: the script first creates the topics with an AdminClient
+(that many partitions, replication factor 1; a topic that already exists is
+left as it is, and the watermark check below then finds it not empty). Afterwards the script
 checks every partition's watermarks: low 0 (the mock keeps at most 5 MiB per
 partition and drops the head beyond that) and high = what was produced. It
 prints one JSON line: topics, partitions, records, seconds.
@@ -18,7 +22,8 @@ import json
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 PAYLOAD = b"x" * 100
 
@@ -36,9 +41,29 @@ def main() -> int:
         "producer batches, ~1 MB); round-robin: record i to every partition in turn (small "
         "batches). The mock broker returns one producer batch per partition per fetch.",
     )
+    ap.add_argument(
+        "--create-topics",
+        type=int,
+        metavar="PARTITIONS",
+        help="create the topics first with this many partitions, replication factor 1 "
+        "(a real broker; the mock has no CreateTopics)",
+    )
     args = ap.parse_args()
     topics = [t for t in args.topics.split(",") if t]
     per_partition = args.records_per_partition
+
+    if args.create_topics:
+        admin = AdminClient({"bootstrap.servers": args.bootstrap})
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=args.create_topics, replication_factor=1) for t in topics],
+            operation_timeout=30,
+        )
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=60)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
 
     producer = Producer(
         {
@@ -58,11 +83,18 @@ def main() -> int:
         deadline = time.monotonic() + 30
         while True:
             md = producer.list_topics(topic, timeout=10).topics.get(topic)
-            if md is not None and md.error is None and md.partitions:
+            # Right after CreateTopics the metadata can lag: wait for every partition.
+            if md is not None and md.error is None and md.partitions and (
+                not args.create_topics or len(md.partitions) == args.create_topics
+            ):
                 partitions[topic] = sorted(md.partitions)
                 break
             if time.monotonic() > deadline:
-                print(f"produce.py: no metadata for {topic!r}: {md and md.error}", file=sys.stderr)
+                print(
+                    f"produce.py: no metadata for {topic!r} (or not {args.create_topics} partitions): "
+                    f"{md and (md.error or len(md.partitions))}",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(0.2)
 
