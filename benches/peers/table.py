@@ -5,10 +5,13 @@
 
 One row per client: median records/s over the rounds, min-max, and the
 median (min-max) of the per-round ratio to the raw rdkafka run of the same
-round and to the plain librdkafka C consumer (`c-api`) of the same round,
-plus the median client and broker CPU seconds and commits per run, and
-in how many runs the group ended committed to the end of every partition and
-the histogram held one age per record.
+round and to the plain librdkafka C consumer (`c-api`) of the same round
+(and, when the results have a `java` run, to Java's kafka-clients of the
+same round: the "x Java" column), plus the median client and broker CPU
+seconds per run, the median client CPU per record in microseconds (client
+CPU s / records; process start and group join included), commits per run,
+and in how many runs the group ended committed to the end of every partition
+and the histogram held one age per record.
 """
 
 import json
@@ -25,7 +28,14 @@ NAMES = {
     "kafkajs-batch": "kafkajs `eachBatch` + wrapper (OTel histogram)",
     "python-nohist": "diagnostic: confluent-kafka-python, wrapper without the histogram record",
     "kafkajs-nohist": "diagnostic: kafkajs `eachMessage`, wrapper without the histogram record",
+    "java": "Java kafka-clients `KafkaConsumer.poll()` + wrapper (OTel Java SDK histogram)",
+    "java-nohist": "diagnostic: Java kafka-clients, wrapper without the histogram record",
 }
+
+
+def ratio_cell(rs, by_round):
+    ratios = [r["records_per_s"] / by_round[r["round"]] for r in rs if r["round"] in by_round]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
 
 
 def main() -> int:
@@ -40,19 +50,21 @@ def main() -> int:
             order.append(r["peer"])
     raw_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "raw"}
     c_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "c-api"}
+    java_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "java"}
+    java_col = " x Java |" if java_by_round else ""
     print(
-        "| client | median records/s | min-max | x raw (median of per-round ratios, min-max) | x C "
-        "| client CPU s per run | broker CPU s per run | commits per run | committed to end "
-        "| ages recorded = records |"
+        "| client | median records/s | min-max | x raw (median of per-round ratios, min-max) | x C |"
+        f"{java_col} client CPU s per run | client CPU us per record | broker CPU s per run "
+        "| commits per run | committed to end | ages recorded = records |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|" + ("---:|" if java_by_round else "") + "---:|---:|---:|---:|---|---|")
     for peer in order:
         rs = [r for r in rows if r["peer"] == peer]
         rates = [r["records_per_s"] for r in rs]
-        ratios = [r["records_per_s"] / raw_by_round[r["round"]] for r in rs if r["round"] in raw_by_round]
-        ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
-        c_ratios = [r["records_per_s"] / c_by_round[r["round"]] for r in rs if r["round"] in c_by_round]
-        c_ratio = f"{statistics.median(c_ratios):.2f} ({min(c_ratios):.2f}-{max(c_ratios):.2f})" if c_ratios else "-"
+        ratio = ratio_cell(rs, raw_by_round)
+        c_ratio = ratio_cell(rs, c_by_round)
+        java_ratio = f" {ratio_cell(rs, java_by_round)} |" if java_by_round else ""
+        us_per_record = statistics.median(r["client_cpu_s"] / r["records"] * 1e6 for r in rs)
         committed = sum(1 for r in rs if r["committed"]["behind"] == 0)
         if peer in ("raw", "c-api") or peer.endswith("-nohist"):
             ages = "- (no histogram)"
@@ -60,8 +72,8 @@ def main() -> int:
             ages = f"{sum(1 for r in rs if r.get('ages_recorded') == r['records'])}/{len(rs)} runs"
         print(
             f"| {NAMES.get(peer, peer)} | {statistics.median(rates):,.0f} | {min(rates):,.0f}-{max(rates):,.0f} "
-            f"| {ratio} | {c_ratio} | {statistics.median(r['client_cpu_s'] for r in rs):.1f} "
-            f"| {statistics.median(r['broker_cpu_s'] for r in rs):.1f} "
+            f"| {ratio} | {c_ratio} |{java_ratio} {statistics.median(r['client_cpu_s'] for r in rs):.1f} "
+            f"| {us_per_record:.2f} | {statistics.median(r['broker_cpu_s'] for r in rs):.1f} "
             f"| {statistics.median(r['commits'] for r in rs):,.0f} | {committed}/{len(rs)} runs | {ages} |"
         )
     print()
