@@ -39,7 +39,8 @@
 #       c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
 #       fresh-batched fresh-batch-of-one java java-nohist
 #       (default: the first nine; java is Apache Kafka's Java client, kafka-clients
-#       4.3.1, with the OpenTelemetry Java SDK histogram (benches/peers/java);
+#       4.3.1, with the OpenTelemetry Java SDK histogram (benches/peers/java), on a
+#       real broker only: it cannot connect to the mock;
 #       fresh-batched / fresh-batch-of-one are the
 #       batch handler with max_batch_records 500 / 1; c-api is the plain librdkafka C consumer through
 #       rdkafka-sys, peer_throughput --c-api; the -nohist ones are diagnostics:
@@ -77,6 +78,14 @@ case $broker_kind in
     mock | kafka | external) ;;
     *) log "PEERS_BROKER is mock or kafka, not $broker_kind"; exit 2 ;;
 esac
+if [[ $broker_kind == mock && " $clients " == *" java"* ]]; then
+    # kafka-clients 4.3.1 cannot talk to librdkafka 2.12.1's mock cluster: the
+    # mock answers its ApiVersions v4 with a v0-shaped error reply, which the
+    # client reads as a throttle time of ~20 min; it then never sees the
+    # broker as ready and rebootstraps forever (benches/peers/README.md).
+    log "the java clients need a real broker: set PEERS_BROKER=kafka or PEERS_BOOTSTRAP"
+    exit 2
+fi
 
 # 1. Dependencies, pinned.
 # (npm only when a kafkajs client runs; the venv always: produce.py and
