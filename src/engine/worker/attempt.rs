@@ -161,12 +161,7 @@ impl<H: Handler> Worker<H> {
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
-            let permanent = is_permanent(&error);
-            let error_type = if permanent {
-                "permanent"
-            } else {
-                kind.as_str()
-            };
+            let (permanent, error_type) = classify(kind, &error);
             span.failed(error_type, || error_chain(&*error));
             // The storm guard compares failures with successes: count the
             // successes so far first.
@@ -289,6 +284,16 @@ impl<H: Handler> Worker<H> {
                 }
             }
         }
+    }
+}
+
+/// Whether a failed attempt's error is [`permanent`](crate::permanent),
+/// and its `error.type`: `permanent`, else the attempt's kind.
+pub(super) fn classify(kind: AttemptError, error: &BoxError) -> (bool, &'static str) {
+    if is_permanent(error) {
+        (true, "permanent")
+    } else {
+        (false, kind.as_str())
     }
 }
 

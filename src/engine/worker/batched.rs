@@ -11,13 +11,12 @@ use std::time::{Instant, SystemTime};
 
 use rdkafka::consumer::ConsumerContext;
 
-use crate::failure::is_permanent;
 use crate::handler::{Batch, BatchSettings, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
 use crate::trace::{BatchTrace, Outcome};
 
-use super::attempt::{PriorFailure, error_chain};
+use super::attempt::{PriorFailure, classify, error_chain};
 use super::source::Source;
 use super::task::{Done, FLUSH_EVERY, Worker};
 
@@ -36,21 +35,10 @@ impl<H: Handler> Worker<H> {
         loop {
             let first = match carry.take().or_else(|| self.try_next(src)) {
                 Some(r) => r,
-                None => {
-                    // Nothing ready: the partition's busy period ends here.
-                    self.flush_counts();
-                    if let Some(start) = busy_start.take() {
-                        self.state.metrics.batch(start.elapsed());
-                    }
-                    tokio::select! {
-                        biased;
-                        _ = self.state.stop.cancelled() => break,
-                        r = self.next(src) => match r {
-                            Some(r) => r,
-                            None => break,
-                        },
-                    }
-                }
+                None => match self.next_after_idle(src, &mut busy_start).await {
+                    Some(r) => r,
+                    None => break,
+                },
             };
             if self.state.stop.is_cancelled() || !self.wait_until_due(&first).await {
                 // Taken, never handled: the next owner gets it.
@@ -189,11 +177,7 @@ impl<H: Handler> Worker<H> {
                             .metrics
                             .attempt(took, Some(AttemptError::Handler));
                         let error = e.into_error();
-                        let error_type = if is_permanent(&error) {
-                            "permanent"
-                        } else {
-                            AttemptError::Handler.as_str()
-                        };
+                        let (_, error_type) = classify(AttemptError::Handler, &error);
                         span.failed(error_type, || error_chain(&*error));
                         if self.state.revoked.load(Ordering::Acquire) {
                             self.late(i);
@@ -252,12 +236,7 @@ impl<H: Handler> Worker<H> {
                 Err(failure) => failure,
             };
             // The whole batch failed.
-            let permanent = is_permanent(&error);
-            let error_type = if permanent {
-                "permanent"
-            } else {
-                kind.as_str()
-            };
+            let (permanent, error_type) = classify(kind, &error);
             span.failed(error_type, || error_chain(&*error));
             self.flush_counts();
             self.state.metrics.attempt(took, Some(kind));

@@ -25,17 +25,9 @@ impl<H: Handler> Worker<H> {
             } else {
                 // The buffer is empty: the batch ends here.
                 last_end = None;
-                self.flush_counts();
-                if let Some(start) = batch_start.take() {
-                    self.state.metrics.batch(start.elapsed());
-                }
-                tokio::select! {
-                    biased;
-                    _ = self.state.stop.cancelled() => break,
-                    r = self.next(src) => match r {
-                        Some(r) => r,
-                        None => break,
-                    },
+                match self.next_after_idle(src, &mut batch_start).await {
+                    Some(r) => r,
+                    None => break,
                 }
             };
             if self.state.stop.is_cancelled() {

@@ -113,6 +113,26 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// The worker went idle (nothing ready): adds its counts to the shared
+    /// counters, ends the partition's busy period (`busy_start`, recorded
+    /// as its batch duration), and waits for the next record. `None` when
+    /// the worker is stopped or the source ended.
+    pub(super) async fn next_after_idle<C: ConsumerContext>(
+        &self,
+        src: &mut Source<'_, C>,
+        busy_start: &mut Option<Instant>,
+    ) -> Option<Record> {
+        self.flush_counts();
+        if let Some(start) = busy_start.take() {
+            self.state.metrics.batch(start.elapsed());
+        }
+        tokio::select! {
+            biased;
+            _ = self.state.stop.cancelled() => None,
+            r = self.next(src) => r,
+        }
+    }
+
     /// Waits for the next record. `None` when the source ended.
     /// Cancel-safe: a record is only taken when it is returned.
     pub(super) async fn next<C: ConsumerContext>(&self, src: &mut Source<'_, C>) -> Option<Record> {
