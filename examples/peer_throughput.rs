@@ -123,10 +123,12 @@ struct Args {
     records: u64,
     mode: Mode,
     timeout: Duration,
+    /// `--no-headers`: `FreshConsumer::read_headers(false)` (fresh modes).
+    no_headers: bool,
 }
 
 const USAGE: &str = "usage: peer_throughput --bootstrap HOST:PORT --topic T[,T...] --records N \
-                     [--group G] [--raw | --raw-otel | --c-api | --batched MAX] [--timeout-secs S]";
+                     [--group G] [--raw | --raw-otel | --c-api | --batched MAX] [--no-headers] [--timeout-secs S]";
 
 fn parse_args() -> Result<Args, String> {
     let mut bootstrap = None;
@@ -135,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
     let mut records = None;
     let mut mode = Mode::Fresh;
     let mut timeout = Duration::from_secs(300);
+    let mut no_headers = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -167,6 +170,7 @@ fn parse_args() -> Result<Args, String> {
             "--raw" => mode = Mode::Raw,
             "--raw-otel" => mode = Mode::RawOtel,
             "--c-api" => mode = Mode::CApi,
+            "--no-headers" => no_headers = true,
             "--batched" => {
                 mode = Mode::Batched(value()?.parse().map_err(|e| format!("--batched: {e}"))?)
             }
@@ -190,6 +194,7 @@ fn parse_args() -> Result<Args, String> {
         records,
         mode,
         timeout,
+        no_headers,
     })
 }
 
@@ -259,12 +264,14 @@ async fn fresh(args: &Args, batched: Option<usize>) -> Result<Measured, Box<dyn 
     let count = Count(Arc::clone(&progress));
     let summary = match batched {
         None => {
-            let c = FreshConsumer::new(count);
+            let c = FreshConsumer::new(count).read_headers(!args.no_headers);
             let c = support::configure(c, &args.bootstrap, &args.topics, args.group.clone());
             support::run_to_target(c.meter_provider(&provider), &progress, args.timeout).await?
         }
         Some(max) => {
-            let c = FreshConsumer::batched(count).max_batch_records(max);
+            let c = FreshConsumer::batched(count)
+                .max_batch_records(max)
+                .read_headers(!args.no_headers);
             let c = support::configure(c, &args.bootstrap, &args.topics, args.group.clone());
             support::run_to_target(c.meter_provider(&provider), &progress, args.timeout).await?
         }

@@ -36,11 +36,15 @@
 #   PEERS_RECORDS_PER_PARTITION (35000) 100 B payload, 8 B key: ~4.2 MB per partition (the mock
 #                                       keeps 5 MiB; no such limit on Kafka)
 #   PEERS_CLIENTS                       space-separated subset of:
-#       c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
-#       fresh-batched fresh-batch-of-one java java-nohist
-#       (default: the first nine; java is Apache Kafka's Java client, kafka-clients
+#       c c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
+#       fresh-batched fresh-batch-of-one fresh-noheaders java java-nohist
+#       (default: the first ten; c is the plain C consumer (benches/peers/c/consume.c,
+#       compiled with gcc -O2 against rdkafka-sys's bundled librdkafka: the same
+#       build the Rust clients link), the "x C" column's baseline; java is Apache Kafka's Java client, kafka-clients
 #       4.3.1, with the OpenTelemetry Java SDK histogram (benches/peers/java), on a
 #       real broker only: it cannot connect to the mock;
+#       fresh-noheaders is fresh with read_headers(false) (no header parse:
+#       librdkafka allocates a parse buffer even for a record without headers);
 #       fresh-batched / fresh-batch-of-one are the
 #       batch handler with max_batch_records 500 / 1; c-api is the plain librdkafka C consumer through
 #       rdkafka-sys, peer_throughput --c-api; the -nohist ones are diagnostics:
@@ -63,7 +67,7 @@ root=$(cd "$here/../.." && pwd)
 rounds=${PEERS_ROUNDS:-3}
 n_topics=${PEERS_TOPICS:-15}
 per_partition=${PEERS_RECORDS_PER_PARTITION:-35000}
-clients=${PEERS_CLIENTS:-c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist}
+clients=${PEERS_CLIENTS:-c c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist}
 timeout_secs=${PEERS_TIMEOUT_SECS:-600}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out=$here/out/$stamp
@@ -119,6 +123,21 @@ log "cargo build --release ${examples[*]}"
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 [[ $target_dir = /* ]] || target_dir=$root/$target_dir
 bin=$target_dir/release/examples
+
+# The plain C consumer, linked against the librdkafka the release build just
+# compiled (rdkafka-sys's bundled static library and its header; the newest
+# build directory, which is the one peer_throughput links).
+c_bin=$out/c-consume
+if [[ " $clients " == *" c "* ]]; then
+    rdk_out=$(ls -td "$target_dir"/release/build/rdkafka-sys-*/out/src 2>/dev/null \
+        | while read -r d; do [[ -f $d/librdkafka.a ]] && { echo "$d"; break; }; done)
+    [[ -n $rdk_out ]] || { log "no librdkafka.a under $target_dir/release/build/rdkafka-sys-*"; exit 1; }
+    libs=$(sed -n 's/^LIBS+=[[:space:]]*//p' "$rdk_out/../Makefile.config" | tr '\n' ' ')
+    log "gcc -O2 benches/peers/c/consume.c ($rdk_out/librdkafka.a $libs)"
+    # shellcheck disable=SC2086
+    gcc -O2 -o "$c_bin" "$here/c/consume.c" -I"$rdk_out" "$rdk_out/librdkafka.a" $libs \
+        >"$out/gcc.log" 2>&1 || { cat "$out/gcc.log" >&2; exit 1; }
+fi
 
 # 3. The broker: the quickstart in serve mode (its own FreshConsumer reads
 #    only the "quickstart" topic, which stays empty), a Kafka broker of
@@ -223,10 +242,12 @@ cpu_ticks() { [[ -n $1 ]] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null
 hz=$(getconf CLK_TCK)
 run_client() { # client group
     case $1 in
+        c) "$c_bin" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         c-api) "$bin/peer_throughput" --c-api --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw) "$bin/peer_throughput" --raw --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw-otel) "$bin/peer_throughput" --raw-otel --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh) "$bin/peer_throughput" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
+        fresh-noheaders) "$bin/peer_throughput" --no-headers --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh-batched) "$bin/peer_throughput" --batched 500 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh-batch-of-one) "$bin/peer_throughput" --batched 1 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         python) "$py" "$here/python/consume.py" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;

@@ -5,7 +5,8 @@
 
 One row per client: median records/s over the rounds, min-max, and the
 median (min-max) of the per-round ratio to the raw rdkafka run of the same
-round and to the plain librdkafka C consumer (`c-api`) of the same round
+round and to the plain C consumer (`c`, or without it the same loop from
+Rust, `c-api`) of the same round
 (and, when the results have a `java` run, to Java's kafka-clients of the
 same round: the "x Java" column), plus the median client and broker CPU
 seconds per run, the median client CPU per record in microseconds (client
@@ -19,9 +20,11 @@ import statistics
 import sys
 
 NAMES = {
-    "c-api": "librdkafka C API (`rd_kafka_consumer_poll`, async commit / 100 ms; the C ceiling)",
+    "c": "plain C consumer (`rd_kafka_consumer_poll` loop in C, async commit / 100 ms; the C ceiling)",
+    "c-api": "librdkafka C API from Rust (`peer_throughput --c-api`, the same loop through rdkafka-sys)",
     "raw": "rdkafka `StreamConsumer` (raw baseline: no handler, no histogram)",
     "fresh": "fresh-consumer (no-op handler; the library's own instruments)",
+    "fresh-noheaders": "fresh-consumer with `read_headers(false)` (no header parse)",
     "raw-otel": "rdkafka `StreamConsumer` + hand-written wrapper (no-op handler, OTel histogram)",
     "python": "confluent-kafka-python `poll()` + wrapper (OTel histogram)",
     "kafkajs": "kafkajs `eachMessage` + wrapper (OTel histogram)",
@@ -49,7 +52,9 @@ def main() -> int:
         if r["peer"] not in order:
             order.append(r["peer"])
     raw_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "raw"}
-    c_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "c-api"}
+    # The plain C consumer when it ran, else the same loop from Rust.
+    c_peer = "c" if any(r["peer"] == "c" for r in rows) else "c-api"
+    c_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == c_peer}
     java_by_round = {r["round"]: r["records_per_s"] for r in rows if r["peer"] == "java"}
     java_col = " x Java |" if java_by_round else ""
     print(
@@ -66,7 +71,7 @@ def main() -> int:
         java_ratio = f" {ratio_cell(rs, java_by_round)} |" if java_by_round else ""
         us_per_record = statistics.median(r["client_cpu_s"] / r["records"] * 1e6 for r in rs)
         committed = sum(1 for r in rs if r["committed"]["behind"] == 0)
-        if peer in ("raw", "c-api") or peer.endswith("-nohist"):
+        if peer in ("raw", "c", "c-api") or peer.endswith("-nohist"):
             ages = "- (no histogram)"
         else:
             ages = f"{sum(1 for r in rs if r.get('ages_recorded') == r['records'])}/{len(rs)} runs"
