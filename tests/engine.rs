@@ -4,6 +4,8 @@
 
 mod support;
 
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -195,6 +197,59 @@ async fn headers_reach_the_handler_unless_turned_off() {
         .produce_with_headers(&topic, 0, "k0", "v0", Some(1_700_000_000_000), &headers)
         .await;
     cluster.produce(&topic, 0, "k1", "v1", None).await;
+    // The cases the library's header shortcut (`record.rs`,
+    // `may_have_headers`: the byte after the value is the header count)
+    // must get right: an empty value with headers (the count is the byte
+    // right after it), a null value with headers (no value to read past),
+    // and records with and without headers in one compressed batch (values
+    // inside the decompressed buffer).
+    cluster
+        .produce_with_headers(&topic, 0, "k2", "", None, &headers[..1])
+        .await;
+    {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let r = FutureRecord::<str, [u8]>::to(&topic)
+            .partition(0)
+            .key("k3")
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "tomb",
+                value: Some(b"stone".as_slice()),
+            }));
+        cluster
+            .producer()
+            .send(r, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce a null value");
+    }
+    {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let gzip: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap())
+            .set("compression.type", "gzip")
+            .set("linger.ms", "100")
+            .create()
+            .expect("gzip producer");
+        let with = FutureRecord::to(&topic)
+            .partition(0)
+            .key("k4")
+            .payload("v4")
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "z",
+                value: Some(b"1".as_slice()),
+            }));
+        let without = FutureRecord::to(&topic)
+            .partition(0)
+            .key("k5")
+            .payload("v5");
+        let (a, b) = tokio::join!(
+            gzip.send(with, Duration::from_secs(10)),
+            gzip.send(without, Duration::from_secs(10))
+        );
+        a.map_err(|(e, _)| e).expect("produce k4");
+        b.map_err(|(e, _)| e).expect("produce k5");
+    }
+    const RECORDS: usize = 6;
     type Got = Arc<Mutex<Vec<(i64, String, Vec<(String, Option<Vec<u8>>)>)>>>;
     for (split, read) in [(true, true), (false, true), (true, false)] {
         let got: Got = Arc::default();
@@ -217,24 +272,29 @@ async fn headers_reach_the_handler_unless_turned_off() {
                 .split_partition_queues(split)
                 .read_headers(read),
         );
-        wait_until(Duration::from_secs(20), "2 records handled", || async {
-            got.lock().unwrap().len() == 2
+        wait_until(Duration::from_secs(20), "6 records handled", || async {
+            got.lock().unwrap().len() == RECORDS
         })
         .await;
         run.stop().await;
-        let expected: Vec<(String, Option<Vec<u8>>)> = if read {
-            headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.map(<[u8]>::to_vec)))
-                .collect()
-        } else {
-            Vec::new()
+        let owned = |h: &[(&str, Option<&[u8]>)]| -> Vec<(String, Option<Vec<u8>>)> {
+            if read {
+                h.iter()
+                    .map(|(n, v)| (n.to_string(), v.map(<[u8]>::to_vec)))
+                    .collect()
+            } else {
+                Vec::new()
+            }
         };
         assert_eq!(
             *got.lock().unwrap(),
             vec![
-                (0, "v0".to_owned(), expected),
-                (1, "v1".to_owned(), Vec::new())
+                (0, "v0".to_owned(), owned(&headers)),
+                (1, "v1".to_owned(), Vec::new()),
+                (2, String::new(), owned(&headers[..1])),
+                (3, String::new(), owned(&[("tomb", Some(b"stone"))])),
+                (4, "v4".to_owned(), owned(&[("z", Some(b"1"))])),
+                (5, "v5".to_owned(), Vec::new()),
             ],
             "split_partition_queues({split}), read_headers({read})"
         );
