@@ -610,10 +610,16 @@ async fn failures_missing_timestamps_and_clock_skew() {
         histogram_point_with(&process, &with(&p1, &err("handler_error"))).count,
         u64::from(poison_attempts)
     );
+    // Partition 1's success series exists from its assignment on, empty.
+    assert_eq!(
+        histogram_point_with(&process, &with(&p1, &op)).count,
+        0,
+        "no success recorded for partition 1"
+    );
     assert_eq!(
         histogram_points(&process).0.len(),
-        4,
-        "no success point for partition 1"
+        5,
+        "partition 0: success, handler_error, panic; partition 1: handler_error and an empty success"
     );
     assert_eq!(summary.failed_attempts, 3 + u64::from(poison_attempts));
 

@@ -423,11 +423,12 @@ pub(crate) fn kafka_error_name_of(e: &rdkafka::error::KafkaError) -> String {
         .unwrap_or_else(|| "_OTHER".to_owned())
 }
 
-/// An instrument bound to one attribute set on first use. Binding resolves
-/// the attribute set once, so a record costs ~20 ns instead of a lookup of
-/// the whole set; binding lazily keeps attribute sets that never see a value
-/// (a timestamp type the topic does not use) out of the export, where the
-/// SDK would send them as empty points.
+/// An instrument bound to one attribute set on first use (or on assignment,
+/// see [`PartitionInstruments::bind_on_assignment`]). Binding resolves the attribute set once,
+/// so a record costs ~20 ns instead of a lookup of the whole set; binding
+/// lazily keeps attribute sets that may never see a value (a timestamp type
+/// the topic does not use) out of the export, where the SDK would send them
+/// as empty points.
 pub(crate) struct Lazy<I, B> {
     instrument: I,
     attrs: Box<[KeyValue]>,
@@ -510,6 +511,25 @@ pub(crate) struct PartitionInstruments {
 }
 
 impl PartitionInstruments {
+    /// Binds, before records flow, the instruments every partition with
+    /// records uses on its first batch: the consumed counter, the successful
+    /// process duration, the batch duration and, when the partition is read
+    /// from its own queue (`own_queue`), its poll duration. A bind costs
+    /// ~3-4 us (the SDK copies, sorts and hashes the attribute set and
+    /// allocates the aggregator): on a burst over 1,000 partitions it was
+    /// paid inside the burst, once per partition and instrument. Their
+    /// series exist from the assignment on, at 0 or as an empty histogram
+    /// (as the SLO counters' do). The event age stays lazy: a topic uses one
+    /// of its three timestamp types.
+    pub(crate) fn bind_on_assignment(&self, own_queue: bool) {
+        self.consumed.get();
+        self.process_ok.get();
+        self.batch.get();
+        if own_queue {
+            self.poll.get();
+        }
+    }
+
     /// The partition attributes, for the health instruments
     /// (`crate::health`), which are observed rather than recorded here.
     pub(crate) fn attributes(&self) -> &[KeyValue] {

@@ -93,6 +93,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
             }
         }),
     );
+    metrics.bind_on_assignment(queue.is_some());
     let trace =
         (engine.trace.as_ref()).map(|t| t.partition(topic, partition, metrics.attributes()));
     let state = Arc::new(PartitionState {
