@@ -1,0 +1,402 @@
+//! The soak's checker: reads what was produced and what each consumer
+//! process logged, and says what was lost, what was handled twice and why,
+//! whether each key's records were handled in order, and how the
+//! processes' memory moved.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use super::is_poison;
+
+/// One acknowledged record: its identity (key, sequence number) and where
+/// the broker put it.
+#[derive(Clone, Debug)]
+pub struct Produced {
+    pub key: String,
+    pub seq: u64,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One success line of a consumer's log.
+#[derive(Clone, Debug)]
+pub struct Success {
+    pub t_ms: i64,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: String,
+    pub seq: u64,
+    /// Which log (consumer incarnation) it came from.
+    pub log: usize,
+}
+
+/// How long before its first success a poison record's tier copy may have
+/// been written again by a replay: its tier delays, the wait of a lagging
+/// partition and a rejoin.
+const TIER_REPLAY_MS: i64 = 30_000;
+
+/// A fault the soak injected, or a consumer (re)start: the events after
+/// which records may be handled again.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub t_ms: i64,
+    /// How long the fault lasted (a broker outage until it answered again).
+    pub until_ms: i64,
+    pub what: String,
+}
+
+/// What one consumer incarnation's log holds besides its successes.
+#[derive(Default, Debug)]
+pub struct LogExtras {
+    /// (unix ms, kB)
+    pub rss: Vec<(i64, u64)>,
+    /// (unix ms, status)
+    pub health: Vec<(i64, String)>,
+    /// The rebalances the member saw, as events: from the health report
+    /// before its rebalance count rose to the one that shows it.
+    pub rebalances: Vec<Event>,
+}
+
+/// Reads one consumer log: its successes and extras. A line cut by a
+/// SIGKILL (the last one, without its newline) is dropped.
+pub fn read_log(path: &Path, index: usize) -> (Vec<Success>, LogExtras) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut ok = Vec::new();
+    let mut extras = LogExtras::default();
+    let mut last_rebalances: Option<(i64, u64)> = None;
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    for line in complete.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f.as_slice() {
+            ["ok", t, topic, partition, offset, key, seq] => {
+                if let (Ok(t_ms), Ok(seq), Ok(partition), Ok(offset)) =
+                    (t.parse(), seq.parse(), partition.parse(), offset.parse())
+                {
+                    ok.push(Success {
+                        t_ms,
+                        topic: (*topic).to_owned(),
+                        partition,
+                        offset,
+                        key: (*key).to_owned(),
+                        seq,
+                        log: index,
+                    });
+                }
+            }
+            ["rss", t, kb] => {
+                if let (Ok(t), Ok(kb)) = (t.parse(), kb.parse()) {
+                    extras.rss.push((t, kb));
+                }
+            }
+            ["health", t, status, rebalances] => {
+                if let (Ok(t), Ok(n)) = (t.parse::<i64>(), rebalances.parse::<u64>()) {
+                    if let Some(&(t0, n0)) = last_rebalances.as_ref()
+                        && n > n0
+                    {
+                        extras.rebalances.push(Event {
+                            t_ms: t0,
+                            until_ms: t,
+                            what: "rebalance".into(),
+                        });
+                    }
+                    last_rebalances = Some((t, n));
+                    extras.health.push((t, (*status).to_owned()));
+                }
+            }
+            _ => {}
+        }
+    }
+    (ok, extras)
+}
+
+/// The checker's findings.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub produced: usize,
+    pub poison: usize,
+    pub handled: usize,
+    /// `key #seq (partition@offset)` of each record never handled.
+    pub lost: Vec<String>,
+    pub duplicates: usize,
+    pub duplicates_explained: usize,
+    /// Explained duplicates by the fault that explains them (the first
+    /// that fits).
+    pub explained_by: BTreeMap<String, usize>,
+    pub unexplained: Vec<String>,
+    pub order_violations: Vec<String>,
+    /// Poison records whose success came from a topic other than the
+    /// second tier (the tiers were skipped or a success was invented).
+    pub poison_not_from_tier_2: usize,
+    pub unknown: usize,
+}
+
+impl Report {
+    /// The failures, one line each; empty when the soak passed.
+    pub fn failures(&self, backwards: usize, dead_lettered: i64) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.lost.is_empty() {
+            let some: Vec<_> = self.lost.iter().take(10).collect();
+            out.push(format!("{} records lost, e.g. {some:?}", self.lost.len()));
+        }
+        if !self.unexplained.is_empty() {
+            out.push(format!(
+                "{} duplicates not explained by a fault, e.g. {:?}",
+                self.unexplained.len(),
+                &self.unexplained[..self.unexplained.len().min(5)]
+            ));
+        }
+        if !self.order_violations.is_empty() {
+            out.push(format!(
+                "{} keys handled out of order, e.g. {:?}",
+                self.order_violations.len(),
+                &self.order_violations[..self.order_violations.len().min(5)]
+            ));
+        }
+        if self.poison_not_from_tier_2 > 0 {
+            out.push(format!(
+                "{} poison records succeeded outside the second tier",
+                self.poison_not_from_tier_2
+            ));
+        }
+        if self.unknown > 0 {
+            out.push(format!(
+                "{} successes of records never produced",
+                self.unknown
+            ));
+        }
+        if backwards > 0 {
+            out.push(format!(
+                "a committed offset moved backwards {backwards} times"
+            ));
+        }
+        if dead_lettered != 0 {
+            out.push(format!(
+                "{dead_lettered} records in the dead-letter topic (every poison record succeeds in the second tier)"
+            ));
+        }
+        out
+    }
+}
+
+/// Checks the successes against what was produced. A repeated handling of
+/// a record is explained when a fault or a rebalance (`events`; a slowed
+/// handler explains nothing) began at most `window_ms` after its first
+/// handling, or was under way then (plus `window_ms`): the work between
+/// the last commit and the fault is what the partition's next owner does
+/// again. Each is put down to the nearest such event.
+/// `source` is the source topic (order is checked there only: a poison
+/// record is handled later, from its tier, by design).
+pub fn check(
+    produced: &[Produced],
+    successes: &[Success],
+    events: &[Event],
+    source: &str,
+    window_ms: i64,
+) -> Report {
+    let mut report = Report {
+        produced: produced.len(),
+        handled: successes.len(),
+        ..Report::default()
+    };
+    let ids: HashSet<(&str, u64)> = produced.iter().map(|p| (p.key.as_str(), p.seq)).collect();
+    report.poison = produced.iter().filter(|p| is_poison(&p.key, p.seq)).count();
+
+    // First handling of each record, and the repeats.
+    let mut sorted: Vec<&Success> = successes.iter().collect();
+    sorted.sort_by_key(|s| s.t_ms);
+    let mut first: HashMap<(&str, u64), &Success> = HashMap::new();
+    for s in &sorted {
+        let id = (s.key.as_str(), s.seq);
+        if !ids.contains(&id) {
+            report.unknown += 1;
+            continue;
+        }
+        match first.get(&id) {
+            None => {
+                first.insert(id, s);
+            }
+            Some(f) => {
+                report.duplicates += 1;
+                // Two tier records of one poison record: its tier write was
+                // repeated by a replay of the stage before, after a fault
+                // before the second copy was written.
+                let tier_copy = s.topic != source
+                    && (&s.topic, s.partition, s.offset) != (&f.topic, f.partition, f.offset);
+                let explained = events
+                    .iter()
+                    .filter(|e| !e.what.contains("slow"))
+                    .filter(|e| {
+                        if tier_copy {
+                            return e.until_ms >= f.t_ms - TIER_REPLAY_MS && e.t_ms <= s.t_ms;
+                        }
+                        (e.t_ms >= f.t_ms - 1_000 && e.t_ms - f.t_ms <= window_ms)
+                            || (f.t_ms >= e.t_ms && f.t_ms <= e.until_ms + window_ms)
+                    })
+                    .min_by_key(|e| (e.t_ms - f.t_ms).abs());
+                if let Some(e) = explained {
+                    report.duplicates_explained += 1;
+                    let mut why = cause(&e.what);
+                    if tier_copy {
+                        why.push_str(" (a tier record written twice)");
+                    }
+                    *report.explained_by.entry(why).or_default() += 1;
+                } else {
+                    report.unexplained.push(format!(
+                        "{} #{} first at {} (log {}), again at {} (log {})",
+                        s.key, s.seq, f.t_ms, f.log, s.t_ms, s.log
+                    ));
+                }
+            }
+        }
+    }
+    for p in produced {
+        match first.get(&(p.key.as_str(), p.seq)) {
+            None => report.lost.push(format!(
+                "{} #{} ({}@{})",
+                p.key, p.seq, p.partition, p.offset
+            )),
+            Some(s) if is_poison(&p.key, p.seq) && s.topic == source => {
+                report.poison_not_from_tier_2 += 1
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Order: per key, the first handlings of its non-poison records, in
+    // time order, carry rising sequence numbers.
+    let mut by_key: BTreeMap<&str, Vec<&Success>> = BTreeMap::new();
+    for s in first.values() {
+        if s.topic == source && !is_poison(&s.key, s.seq) {
+            by_key.entry(s.key.as_str()).or_default().push(s);
+        }
+    }
+    for (key, mut list) in by_key {
+        list.sort_by_key(|s| (s.t_ms, s.seq));
+        if let Some(w) = list.windows(2).find(|w| w[1].seq < w[0].seq) {
+            report.order_violations.push(format!(
+                "{key}: #{} at {} after #{} at {}",
+                w[1].seq, w[1].t_ms, w[0].seq, w[0].t_ms
+            ));
+        }
+    }
+    report
+}
+
+/// The kind of a fault, without the consumer's number.
+fn cause(what: &str) -> String {
+    what.split(' ')
+        .filter(|w| w.parse::<usize>().is_err())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Health reports that were not `healthy` while no fault was under way
+/// (from a fault's start to `settle_ms` after its end), out of all reports:
+/// the in-process health's false alarms.
+pub fn false_alarms(extras: &[LogExtras], events: &[Event], settle_ms: i64) -> (usize, usize) {
+    let reports: Vec<&(i64, String)> = extras.iter().flat_map(|e| e.health.iter()).collect();
+    let alarms = reports
+        .iter()
+        .filter(|(t, s)| {
+            s != "healthy"
+                && !events
+                    .iter()
+                    .any(|e| *t >= e.t_ms && *t <= e.until_ms + settle_ms)
+        })
+        .count();
+    (alarms, reports.len())
+}
+
+/// The RSS of the longest-lived consumer incarnation: (kB after
+/// `warmup_ms`, kB at its end, its age at the end in ms).
+pub fn rss_of_longest(extras: &[LogExtras], warmup_ms: i64) -> Option<(u64, u64, i64)> {
+    extras
+        .iter()
+        .filter_map(|e| {
+            let (start, _) = *e.rss.first()?;
+            let (end_t, end_kb) = *e.rss.last()?;
+            let (_, warm_kb) = *e.rss.iter().find(|(t, _)| *t - start >= warmup_ms)?;
+            Some((warm_kb, end_kb, end_t - start))
+        })
+        .max_by_key(|(_, _, age)| *age)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(key: &str, seq: u64) -> Produced {
+        Produced {
+            key: key.into(),
+            seq,
+            partition: 0,
+            offset: seq as i64,
+        }
+    }
+
+    fn ok(t_ms: i64, key: &str, seq: u64, log: usize) -> Success {
+        Success {
+            t_ms,
+            topic: "src".into(),
+            partition: 0,
+            offset: seq as i64,
+            key: key.into(),
+            seq,
+            log,
+        }
+    }
+
+    #[test]
+    fn finds_loss_duplicates_and_order() {
+        // k-1 #2 is never handled; #1 is handled twice without a fault;
+        // #4 before #3.
+        let produced: Vec<_> = (0..5)
+            .map(|s| p("k-1", s))
+            .filter(|p| !is_poison(&p.key, p.seq))
+            .collect();
+        let done = [
+            ok(10, "k-1", 0, 0),
+            ok(20, "k-1", 1, 0),
+            ok(30, "k-1", 4, 0),
+            ok(40, "k-1", 3, 0),
+            ok(50_000, "k-1", 1, 1),
+        ];
+        let r = check(&produced, &done, &[], "src", 1_000);
+        assert_eq!(r.lost, vec!["k-1 #2 (0@2)".to_owned()]);
+        assert_eq!((r.duplicates, r.unexplained.len()), (1, 1));
+        assert_eq!(r.order_violations.len(), 1, "{r:?}");
+        // A kill right after the first handling explains the repeat.
+        let kill = Event {
+            t_ms: 500,
+            until_ms: 500,
+            what: "kill".into(),
+        };
+        let r = check(&produced, &done, &[kill], "src", 1_000);
+        assert_eq!((r.duplicates, r.duplicates_explained), (1, 1));
+    }
+
+    #[test]
+    fn a_line_cut_by_a_kill_is_dropped() {
+        let dir = std::env::temp_dir().join(format!("soak-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.log");
+        std::fs::write(
+            &f,
+            "ok 1 src 0 0 k-1 0\nrss 2 100\nhealth 3 healthy 1\nhealth 4 healthy 2\nok 3 src 0 1 k-1 1\nok 4 sr",
+        )
+        .unwrap();
+        let (ok, extras) = read_log(&f, 0);
+        assert_eq!(ok.len(), 2);
+        assert_eq!(extras.rss, vec![(2, 100)]);
+        assert_eq!(extras.rebalances.len(), 1, "the count rose between 3 and 4");
+        assert_eq!(
+            (extras.rebalances[0].t_ms, extras.rebalances[0].until_ms),
+            (3, 4)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

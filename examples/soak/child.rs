@@ -1,0 +1,192 @@
+//! One soak consumer (`soak --child`): a `FreshConsumer` in the soak's
+//! group, with two delay tiers and a dead-letter topic, whose handler fails
+//! the known poison records (1 % of them) twice and writes every success to
+//! an append-only log before it returns.
+//!
+//! Log lines (one `write` each, so a SIGKILL cuts at most the line being
+//! written, which the checker drops):
+//!
+//! - `ok <unix ms> <topic> <partition> <offset> <key> <seq>`: a success;
+//! - `rss <unix ms> <kB>`: the process's VmRSS, every 5 s;
+//! - `health <unix ms> <status> <rebalances>`: the in-process health and
+//!   the rebalance events the member has seen, every second.
+//!
+//! SIGUSR1 makes the handler slow (1 s per record) for `--slow-secs`;
+//! SIGTERM stops the consumer gracefully.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fresh_consumer::{DeadLetter, FreshConsumer, OnExhausted, Record, RetryTopics};
+
+use super::{TIERS, is_poison, now_ms, parse_payload};
+
+/// What the parent tells a child.
+pub struct ChildArgs {
+    pub bootstrap: String,
+    pub group: String,
+    pub topic: String,
+    pub log: PathBuf,
+    pub slow_secs: u64,
+    pub session_ms: u64,
+}
+
+/// Why a handler call failed: a poison record, on purpose.
+#[derive(Debug)]
+struct Poison;
+
+impl std::fmt::Display for Poison {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("poison record (fails at the source and in the first tier)")
+    }
+}
+
+impl std::error::Error for Poison {}
+
+/// The append-only log, shared by the handler and the samplers.
+struct Log(Mutex<std::fs::File>);
+
+impl Log {
+    fn line(&self, line: String) {
+        let mut f = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // One write per line: O_APPEND keeps lines whole between processes.
+        f.write_all(line.as_bytes()).expect("write the soak log");
+    }
+}
+
+/// Runs one consumer until SIGTERM. Exits the process with status 1 when
+/// the consumer fails.
+pub fn run(args: ChildArgs) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run_async(args));
+}
+
+async fn run_async(args: ChildArgs) {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.log)
+        .expect("open the soak log");
+    let log = Arc::new(Log(Mutex::new(file)));
+    let slow_until = Arc::new(AtomicI64::new(0));
+
+    let source = args.topic.clone();
+    let handler = {
+        let log = Arc::clone(&log);
+        let slow_until = Arc::clone(&slow_until);
+        move |record: Record| {
+            let log = Arc::clone(&log);
+            let slow_until = Arc::clone(&slow_until);
+            let source = source.clone();
+            async move {
+                if now_ms() < slow_until.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                let (key, seq) = parse_payload(record.payload()).ok_or(Poison)?;
+                // Fails at the source and in the first tier; the second
+                // tier succeeds (deterministic, so any process agrees).
+                let tier = record.topic().strip_prefix(source.as_str()).unwrap_or("");
+                if is_poison(&key, seq) && (tier.is_empty() || tier == TIERS[0].1) {
+                    return Err(Poison);
+                }
+                log.line(format!(
+                    "ok {} {} {} {} {key} {seq}\n",
+                    now_ms(),
+                    record.topic(),
+                    record.partition(),
+                    record.offset()
+                ));
+                Ok::<(), Poison>(())
+            }
+        }
+    };
+
+    let tiers = RetryTopics::new(TIERS.map(|(d, _)| d))
+        .in_place_retries(0)
+        .dead_letter(DeadLetter::new());
+    let consumer = FreshConsumer::new(handler)
+        .bootstrap_servers(args.bootstrap.as_str())
+        .group_id(args.group.as_str())
+        .topics([args.topic.as_str()])
+        .on_exhausted(OnExhausted::RetryTopics(tiers))
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", args.session_ms.to_string())
+        .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
+        .set("fetch.wait.max.ms", "100")
+        .set("fetch.queue.backoff.ms", "10");
+    let health = consumer.health_handle();
+
+    // Samplers: RSS every 5 s, health every second.
+    {
+        let log = Arc::clone(&log);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut n = 0u64;
+            loop {
+                tick.tick().await;
+                let snapshot = health.snapshot();
+                log.line(format!(
+                    "health {} {} {}\n",
+                    now_ms(),
+                    snapshot.status.as_str(),
+                    snapshot.rebalances
+                ));
+                if n.is_multiple_of(5) {
+                    log.line(format!("rss {} {}\n", now_ms(), rss_kb()));
+                }
+                n += 1;
+            }
+        });
+    }
+    // SIGUSR1: slow for a while.
+    {
+        let slow_until = Arc::clone(&slow_until);
+        let slow_ms = (args.slow_secs * 1000) as i64;
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
+            while usr1.recv().await.is_some() {
+                slow_until.store(now_ms() + slow_ms, Ordering::Relaxed);
+            }
+        });
+    }
+    let stop = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        term.recv().await;
+    };
+    match consumer.run_until(stop).await {
+        Ok(summary) => {
+            log.line(format!(
+                "stopped {} {} {}\n",
+                now_ms(),
+                summary.records_succeeded,
+                summary.failed_attempts
+            ));
+        }
+        Err(e) => {
+            eprintln!("soak child: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// This process's VmRSS in kB (0 when /proc cannot tell).
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
