@@ -184,7 +184,7 @@ impl Report {
 
 /// Checks the successes against what was produced. A repeated handling of
 /// a record is explained when a fault or a rebalance (`events`; a slowed
-/// handler explains nothing) began at most `window_ms` after its first
+/// handler or a collector outage explains nothing) began at most `window_ms` after its first
 /// handling, or was under way then (plus `window_ms`): the work between
 /// the last commit and the fault is what the partition's next owner does
 /// again. Each is put down to the nearest such event.
@@ -228,7 +228,7 @@ pub fn check(
                     && (&s.topic, s.partition, s.offset) != (&f.topic, f.partition, f.offset);
                 let explained = events
                     .iter()
-                    .filter(|e| !e.what.contains("slow"))
+                    .filter(|e| !e.what.contains("slow") && !e.what.contains("collector"))
                     .filter(|e| {
                         if tier_copy {
                             return e.until_ms >= f.t_ms - TIER_REPLAY_MS && e.t_ms <= s.t_ms;

@@ -12,7 +12,9 @@
 //!   the rebalance events the member has seen, every second.
 //!
 //! SIGUSR1 makes the handler slow (1 s per record) for `--slow-secs`;
-//! SIGTERM stops the consumer gracefully.
+//! SIGTERM stops the consumer gracefully. With `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! (and the other `OTEL_*` variables) set by the parent, the consumer's
+//! metrics are exported over OTLP to the soak's collector.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{DeadLetter, FreshConsumer, OnExhausted, Record, RetryTopics};
 
 use super::{TIERS, is_poison, now_ms, parse_payload};
@@ -122,6 +125,19 @@ async fn run_async(args: ChildArgs) {
         .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
         .set("fetch.wait.max.ms", "100")
         .set("fetch.queue.backoff.ms", "10");
+    // With a collector (OTEL_EXPORTER_OTLP_ENDPOINT from the parent), the
+    // consumer's metrics go to it over OTLP; the parent stops it for a while.
+    let provider = match std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        Some(_) => {
+            let config = OtlpConfig::from_env().expect("the OTEL_* variables");
+            Some(config.build().expect("an OTLP meter provider"))
+        }
+        None => None,
+    };
+    let consumer = match &provider {
+        Some(p) => consumer.meter_provider(p),
+        None => consumer,
+    };
     let health = consumer.health_handle();
 
     // Samplers: RSS every 5 s, health every second.
@@ -163,7 +179,12 @@ async fn run_async(args: ChildArgs) {
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
         term.recv().await;
     };
-    match consumer.run_until(stop).await {
+    let result = consumer.run_until(stop).await;
+    if let Some(p) = &provider {
+        let _ = otlp::flush(p, Duration::from_secs(5)).await;
+        let _ = otlp::shutdown(p, Duration::from_secs(5)).await;
+    }
+    match result {
         Ok(summary) => {
             log.line(format!(
                 "stopped {} {} {}\n",

@@ -28,7 +28,10 @@
 //! broker killed (`kill -9`, `.ci/kafka kill`) and restarted
 //! (`.ci/kafka resume`) at 30 % and 65 % of the run (with `--kafka-dir`);
 //! one consumer's handler slowed to 1 s per record for `--slow-secs` (30)
-//! at 80 %.
+//! at 80 %; with `--rotel PATH` (the rotel collector's `rotel-agent`) the
+//! consumers export their metrics over OTLP to a collector the soak starts,
+//! which is stopped at 55 % for `--collector-down-secs` (60) and started
+//! again: it must receive metrics after it came back.
 //!
 //! After `--secs` the producer stops, the group drains (committed offsets
 //! reach the log ends of the source and tier topics), the consumers stop
@@ -48,6 +51,7 @@ use std::time::Duration;
 
 mod check;
 mod child;
+mod procs;
 mod run;
 
 /// The delay tiers: (delay, topic suffix under the default naming).
@@ -94,11 +98,16 @@ pub struct Args {
     pub kill_every: (u64, u64),
     pub slow_secs: u64,
     pub out: Option<PathBuf>,
+    /// The rotel collector's binary (`rotel-agent`), for the collector
+    /// outage.
+    pub rotel: Option<PathBuf>,
+    pub collector_down_secs: u64,
 }
 
 fn usage() -> String {
     "usage: soak --bootstrap HOST:PORT [--kafka-dir DIR] [--secs 180] [--seed N] [--rate 500] \
-     [--keys 50] [--partitions 6] [--kill-every MIN-MAX] [--slow-secs 30] [--out DIR]"
+     [--keys 50] [--partitions 6] [--kill-every MIN-MAX] [--slow-secs 30] [--out DIR] \
+     [--rotel PATH] [--collector-down-secs 60]"
         .to_owned()
 }
 
@@ -114,6 +123,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         kill_every: (0, 0),
         slow_secs: 30,
         out: None,
+        rotel: None,
+        collector_down_secs: 60,
     };
     let num = |flag: &str, v: Option<String>| -> Result<u64, String> {
         v.and_then(|v| v.parse().ok())
@@ -130,6 +141,10 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--partitions" => a.partitions = num("--partitions", it.next())? as i32,
             "--slow-secs" => a.slow_secs = num("--slow-secs", it.next())?,
             "--out" => a.out = Some(it.next().ok_or_else(usage)?.into()),
+            "--rotel" => a.rotel = Some(it.next().ok_or_else(usage)?.into()),
+            "--collector-down-secs" => {
+                a.collector_down_secs = num("--collector-down-secs", it.next())?
+            }
             "--kill-every" => {
                 let v = it.next().unwrap_or_default();
                 let (lo, hi) = v

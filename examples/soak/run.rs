@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::error::Error;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::check::{self, Event, Produced};
+use super::procs::{Collector, Consumers, free_port};
 use super::{Args, TIERS, now_ms};
 
 const CONSUMERS: usize = 3;
@@ -42,6 +43,8 @@ enum Action {
     Broker,
     /// Make a random running consumer's handler slow.
     Slow,
+    /// Stop the collector; start it again after `--collector-down-secs`.
+    Collector,
 }
 
 /// The faults and their times, drawn from the seed.
@@ -50,6 +53,9 @@ fn schedule(args: &Args) -> Vec<(Duration, Action)> {
     let secs = args.secs as f64;
     let at = |f: f64| Duration::from_secs_f64(secs * f);
     let mut plan = vec![(at(0.45), Action::Restart), (at(0.80), Action::Slow)];
+    if args.rotel.is_some() {
+        plan.push((at(0.55), Action::Collector));
+    }
     if args.kafka_dir.is_some() {
         plan.push((at(0.30), Action::Broker));
         plan.push((at(0.65), Action::Broker));
@@ -63,122 +69,6 @@ fn schedule(args: &Args) -> Vec<(Duration, Action)> {
     }
     plan.sort_by_key(|(t, _)| *t);
     plan
-}
-
-/// The consumer processes, by slot.
-struct Consumers {
-    args: Vec<String>,
-    out: PathBuf,
-    slots: Vec<Option<Child>>,
-    logs: Vec<PathBuf>,
-    /// When each slot that is down starts again.
-    restart_at: Vec<Option<Instant>>,
-    events: Arc<Mutex<Vec<Event>>>,
-    failures: Vec<String>,
-}
-
-impl Consumers {
-    fn start(&mut self, slot: usize) -> Result<(), BoxError> {
-        let n = self.logs.len();
-        let log = self.out.join(format!("consumer-{slot}-{n}.log"));
-        let stderr = std::fs::File::create(self.out.join(format!("consumer-{slot}-{n}.stderr")))?;
-        let child = Command::new(std::env::current_exe()?)
-            .arg("--child")
-            .args(&self.args)
-            .args(["--log".as_ref(), log.as_os_str()])
-            .stdin(Stdio::null())
-            .stdout(stderr.try_clone()?)
-            .stderr(stderr)
-            .spawn()?;
-        self.logs.push(log);
-        self.slots[slot] = Some(child);
-        self.restart_at[slot] = None;
-        self.event(format!("consumer {slot} started"), 0);
-        Ok(())
-    }
-
-    fn event(&self, what: String, lasted_ms: i64) {
-        let t = now_ms();
-        println!("[{t}] {what}");
-        self.events.lock().unwrap().push(Event {
-            t_ms: t,
-            until_ms: t + lasted_ms,
-            what,
-        });
-    }
-
-    fn running(&self) -> Vec<usize> {
-        (0..self.slots.len())
-            .filter(|&s| self.slots[s].is_some())
-            .collect()
-    }
-
-    /// Notes and restarts a consumer that exited without being told to;
-    /// starts the slots whose restart time came.
-    fn tend(&mut self) -> Result<(), BoxError> {
-        for slot in 0..self.slots.len() {
-            if let Some(child) = &mut self.slots[slot]
-                && let Some(status) = child.try_wait()?
-            {
-                self.failures
-                    .push(format!("consumer {slot} exited by itself: {status}"));
-                self.slots[slot] = None;
-                self.restart_at[slot] = Some(Instant::now() + Duration::from_secs(1));
-            }
-            if self.restart_at[slot].is_some_and(|t| t <= Instant::now()) {
-                self.start(slot)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn kill(&mut self, slot: usize, restart_after: Duration) {
-        if let Some(mut child) = self.slots[slot].take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            self.event(format!("consumer {slot} SIGKILLed"), 0);
-            self.restart_at[slot] = Some(Instant::now() + restart_after);
-        }
-    }
-
-    /// SIGTERM and wait up to 30 s; `false` when it had to be killed.
-    async fn term(&mut self, slot: usize) -> bool {
-        let Some(mut child) = self.slots[slot].take() else {
-            return true;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() {
-                        self.failures
-                            .push(format!("consumer {slot} stopped with {status}"));
-                    }
-                    return true;
-                }
-                _ if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    self.failures.push(format!(
-                        "consumer {slot} did not stop within 30 s of SIGTERM"
-                    ));
-                    return false;
-                }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-
-    fn signal(&self, slot: usize, signal: &str) {
-        if let Some(child) = &self.slots[slot] {
-            let _ = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status();
-        }
-    }
 }
 
 /// Every partition the group reads: the source's and its tiers'.
@@ -311,6 +201,35 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         std::thread::spawn(move || sample_commits(b, g, t, s, l))
     };
 
+    // The collector.
+    let mut collector = match &args.rotel {
+        Some(rotel) => {
+            let mut c = Collector {
+                rotel: rotel.clone(),
+                out: out.clone(),
+                grpc_port: free_port()?,
+                http_port: free_port()?,
+                child: None,
+                logs: Vec::new(),
+            };
+            c.start().await?;
+            Some(c)
+        }
+        None => None,
+    };
+    let mut collector_back_at: Option<Instant> = None;
+    let env = match &collector {
+        Some(c) => vec![
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+                format!("http://127.0.0.1:{}", c.grpc_port),
+            ),
+            ("OTEL_METRIC_EXPORT_INTERVAL".to_owned(), "2000".to_owned()),
+            ("OTEL_SERVICE_NAME".to_owned(), "soak-consumer".to_owned()),
+        ],
+        None => Vec::new(),
+    };
+
     // The consumers.
     let events = Arc::new(Mutex::new(Vec::new()));
     let mut consumers = Consumers {
@@ -328,6 +247,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         ]
         .map(str::to_owned)
         .to_vec(),
+        env,
         out: out.clone(),
         slots: (0..CONSUMERS).map(|_| None).collect(),
         logs: Vec::new(),
@@ -358,6 +278,13 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let mut broker_faults = Vec::new();
     while started.elapsed() < Duration::from_secs(args.secs) {
         consumers.tend()?;
+        if let Some(c) = collector.as_mut()
+            && collector_back_at.is_some_and(|t| t <= Instant::now())
+        {
+            collector_back_at = None;
+            c.start().await?;
+            consumers.event("collector started again".into(), 0);
+        }
         while let Some((at, action)) = plan.next_if(|(at, _)| *at <= started.elapsed()) {
             let running = consumers.running();
             let pick = |rng: &mut fastrand::Rng| {
@@ -383,6 +310,17 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                             format!("consumer {s} slow (1 s per record)"),
                             args.slow_secs as i64 * 1000,
                         );
+                    }
+                }
+                Action::Collector => {
+                    if let Some(c) = collector.as_mut() {
+                        c.stop();
+                        let down = Duration::from_secs(args.collector_down_secs);
+                        consumers.event(
+                            format!("collector stopped for {down:?}"),
+                            down.as_millis() as i64,
+                        );
+                        collector_back_at = Some(Instant::now() + down);
                     }
                 }
                 Action::Broker => {
@@ -447,6 +385,23 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     );
     for slot in 0..CONSUMERS {
         consumers.term(slot).await;
+    }
+    if let Some(c) = collector.as_mut() {
+        if collector_back_at.is_some() {
+            c.start().await?;
+        }
+        // The consumers flushed their last interval as they stopped.
+        c.stop();
+        let exports = c.exports();
+        println!(
+            "[{}] collector: exports received per run {exports:?}",
+            now_ms()
+        );
+        if exports.len() > 1 && exports.last() == Some(&0) {
+            consumers
+                .failures
+                .push("no metrics reached the collector after it came back".into());
+        }
     }
     stop_sampler.store(true, Ordering::Relaxed);
     let (samples, backwards) = sampler.join().map_err(|_| "the sampler panicked")?;
@@ -651,11 +606,12 @@ fn print_report(
     println!("  committed offsets sampled {samples} times; moved backwards: {backwards}");
     let count = |w: &str| events.iter().filter(|e| e.what.contains(w)).count();
     println!(
-        "  faults: {} SIGKILL, {} SIGTERM restarts, {} broker restarts, {} slow handlers",
+        "  faults: {} SIGKILL, {} SIGTERM restarts, {} broker restarts, {} slow handlers, {} collector outages",
         count("SIGKILL"),
         count("SIGTERM"),
         count("broker"),
-        count("slow")
+        count("slow"),
+        count("collector stopped")
     );
     match check::rss_of_longest(extras, 30_000) {
         Some((warm, end, age)) => println!(

@@ -1,0 +1,210 @@
+//! The soak's processes: the three consumers (started, killed, stopped
+//! gracefully, signalled, restarted) and the OTLP collector.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::check::Event;
+use super::now_ms;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The consumer processes, by slot.
+pub struct Consumers {
+    pub args: Vec<String>,
+    /// The `OTEL_*` variables that point the consumers at the collector.
+    pub env: Vec<(String, String)>,
+    pub out: PathBuf,
+    pub slots: Vec<Option<Child>>,
+    pub logs: Vec<PathBuf>,
+    /// When each slot that is down starts again.
+    pub restart_at: Vec<Option<Instant>>,
+    pub events: Arc<Mutex<Vec<Event>>>,
+    pub failures: Vec<String>,
+}
+
+impl Consumers {
+    pub fn start(&mut self, slot: usize) -> Result<(), BoxError> {
+        let n = self.logs.len();
+        let log = self.out.join(format!("consumer-{slot}-{n}.log"));
+        let stderr = std::fs::File::create(self.out.join(format!("consumer-{slot}-{n}.stderr")))?;
+        let child = Command::new(std::env::current_exe()?)
+            .arg("--child")
+            .args(&self.args)
+            .args(["--log".as_ref(), log.as_os_str()])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(stderr.try_clone()?)
+            .stderr(stderr)
+            .spawn()?;
+        self.logs.push(log);
+        self.slots[slot] = Some(child);
+        self.restart_at[slot] = None;
+        self.event(format!("consumer {slot} started"), 0);
+        Ok(())
+    }
+
+    pub fn event(&self, what: String, lasted_ms: i64) {
+        let t = now_ms();
+        println!("[{t}] {what}");
+        self.events.lock().unwrap().push(Event {
+            t_ms: t,
+            until_ms: t + lasted_ms,
+            what,
+        });
+    }
+
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].is_some())
+            .collect()
+    }
+
+    /// Notes and restarts a consumer that exited without being told to;
+    /// starts the slots whose restart time came.
+    pub fn tend(&mut self) -> Result<(), BoxError> {
+        for slot in 0..self.slots.len() {
+            if let Some(child) = &mut self.slots[slot]
+                && let Some(status) = child.try_wait()?
+            {
+                self.failures
+                    .push(format!("consumer {slot} exited by itself: {status}"));
+                self.slots[slot] = None;
+                self.restart_at[slot] = Some(Instant::now() + Duration::from_secs(1));
+            }
+            if self.restart_at[slot].is_some_and(|t| t <= Instant::now()) {
+                self.start(slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn kill(&mut self, slot: usize, restart_after: Duration) {
+        if let Some(mut child) = self.slots[slot].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.event(format!("consumer {slot} SIGKILLed"), 0);
+            self.restart_at[slot] = Some(Instant::now() + restart_after);
+        }
+    }
+
+    /// SIGTERM and wait up to 30 s; `false` when it had to be killed.
+    pub async fn term(&mut self, slot: usize) -> bool {
+        let Some(mut child) = self.slots[slot].take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        self.failures
+                            .push(format!("consumer {slot} stopped with {status}"));
+                    }
+                    return true;
+                }
+                _ if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    self.failures.push(format!(
+                        "consumer {slot} did not stop within 30 s of SIGTERM"
+                    ));
+                    return false;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    pub fn signal(&self, slot: usize, signal: &str) {
+        if let Some(child) = &self.slots[slot] {
+            let _ = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status();
+        }
+    }
+}
+
+/// The OTLP collector the consumers export to (rotel), stopped for a while
+/// mid-run.
+pub struct Collector {
+    pub rotel: PathBuf,
+    pub out: PathBuf,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    pub child: Option<Child>,
+    /// One log per start; the last one is the collector's after the outage.
+    pub logs: Vec<PathBuf>,
+}
+
+impl Collector {
+    pub async fn start(&mut self) -> Result<(), BoxError> {
+        let log = self.out.join(format!("rotel-{}.log", self.logs.len()));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(&self.rotel)
+            .arg("start")
+            .args([
+                "--otlp-grpc-endpoint",
+                &format!("127.0.0.1:{}", self.grpc_port),
+            ])
+            .args([
+                "--otlp-http-endpoint",
+                &format!("127.0.0.1:{}", self.http_port),
+            ])
+            .args(["--exporter", "blackhole", "--debug-log", "metrics"])
+            .args(["--debug-log-verbosity", "basic"])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()?;
+        self.child = Some(child);
+        self.logs.push(log);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.grpc_port)).is_err() {
+            if Instant::now() >= deadline {
+                return Err("the collector did not listen within 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !matches!(child.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The exports each of its runs received ("Received metrics" lines).
+    pub fn exports(&self) -> Vec<usize> {
+        self.logs
+            .iter()
+            .map(|l| {
+                std::fs::read_to_string(l)
+                    .unwrap_or_default()
+                    .matches("Received metrics")
+                    .count()
+            })
+            .collect()
+    }
+}
+
+/// A free loopback TCP port (the kernel picks it).
+pub fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
