@@ -61,9 +61,20 @@ impl Log {
     }
 }
 
+/// Exits this process when its stdin closes: the parent holds the other
+/// end, so a consumer never outlives a soak that was killed.
+fn exit_with_parent() {
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        std::process::exit(3);
+    });
+}
+
 /// Runs one consumer until SIGTERM. Exits the process with status 1 when
-/// the consumer fails.
+/// the consumer fails, 3 when the parent is gone.
 pub fn run(args: ChildArgs) {
+    exit_with_parent();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

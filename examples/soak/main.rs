@@ -42,7 +42,9 @@
 //! that moved backwards (must be 0), poison records that did not succeed in
 //! the second tier, dead-lettered records (must be 0), the RSS of the
 //! longest-lived consumer after warm-up and at its end, and each fault's
-//! time to the first non-healthy in-process health report. Exit status 1
+//! time to the first non-healthy in-process health report and to the group
+//! monitor's first diagnosis other than `keeping_up` or `idle` (it watches
+//! the group from outside every 2 s). Exit status 1
 //! when a check fails, 2 for a bad command line.
 
 use std::path::PathBuf;
@@ -53,6 +55,7 @@ mod check;
 mod child;
 mod procs;
 mod run;
+mod watch;
 
 /// The delay tiers: (delay, topic suffix under the default naming).
 pub const TIERS: [(Duration, &str); 2] = [

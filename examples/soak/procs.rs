@@ -35,7 +35,9 @@ impl Consumers {
             .args(&self.args)
             .args(["--log".as_ref(), log.as_os_str()])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            // Held open while the child runs: it exits when this process
+            // is gone (see `child::exit_with_parent`).
+            .stdin(Stdio::piped())
             .stdout(stderr.try_clone()?)
             .stderr(stderr)
             .spawn()?;

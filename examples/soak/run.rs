@@ -18,6 +18,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::check::{self, Event, Produced};
 use super::procs::{Collector, Consumers, free_port};
+use super::watch;
 use super::{Args, TIERS, now_ms};
 
 const CONSUMERS: usize = 3;
@@ -230,6 +231,17 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         None => Vec::new(),
     };
 
+    // The group monitor, from outside.
+    let (stop_watch, watch_stopped) = tokio::sync::oneshot::channel::<()>();
+    let watcher = tokio::spawn(watch::watch(
+        args.bootstrap.clone(),
+        group.clone(),
+        topic.clone(),
+        async {
+            let _ = watch_stopped.await;
+        },
+    ));
+
     // The consumers.
     let events = Arc::new(Mutex::new(Vec::new()));
     let mut consumers = Consumers {
@@ -403,6 +415,15 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                 .push("no metrics reached the collector after it came back".into());
         }
     }
+    let _ = stop_watch.send(());
+    let readings = watcher.await?;
+    std::fs::write(
+        out.join("monitor.log"),
+        readings
+            .iter()
+            .map(|(t, r)| format!("{t} {r}\n"))
+            .collect::<String>(),
+    )?;
     stop_sampler.store(true, Ordering::Relaxed);
     let (samples, backwards) = sampler.join().map_err(|_| "the sampler panicked")?;
     let dead_lettered: i64 = log_ends(&args.bootstrap, &{
@@ -444,6 +465,14 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         "  rebalances seen by the members: {}",
         extras.iter().map(|e| e.rebalances.len()).sum::<usize>()
     );
+    let (lines, alarms) = watch::timeline(&readings, &faults, 30_000);
+    println!(
+        "  group monitor: {} cycles, {alarms} read other than keeping_up or idle outside the faults",
+        readings.len()
+    );
+    for l in lines {
+        println!("    {l}");
+    }
     for f in &failures {
         println!("FAILED: {f}");
     }
