@@ -109,6 +109,7 @@ pub mod metrics;
 pub mod monitor;
 mod ordering;
 pub mod otlp;
+pub mod output;
 mod record;
 pub mod slo;
 mod summary;
@@ -144,6 +145,7 @@ pub use health::{
     HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
 };
 pub use ordering::ProcessingOrder;
+pub use output::{Output, OutputConfig, outputs};
 pub use record::{Header, Record, RecordTimestamp};
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};

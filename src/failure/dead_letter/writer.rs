@@ -45,8 +45,9 @@ pub(crate) struct DeadLetterWriter {
     group: String,
 }
 
-/// Consumer properties the dead-letter producer inherits.
-fn inherited(key: &str) -> bool {
+/// Consumer properties the library's producers inherit (the dead-letter
+/// producer's and the output producer's).
+pub(crate) fn inherited(key: &str) -> bool {
     key == "bootstrap.servers"
         || key == "metadata.broker.list"
         || key == "client.id"
