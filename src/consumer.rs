@@ -387,8 +387,10 @@ impl<H> FreshConsumer<H> {
     /// [`ConfigError::InvalidOption`] (option `read_headers`) from
     /// [`validate`](Self::validate) and `run_until` when `false` is combined
     /// with [`event_time_header`](Self::event_time_header) (the event time
-    /// comes from a header) or with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter) (a
-    /// dead-letter record carries the original record's headers).
+    /// comes from a header), with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter) (a
+    /// dead-letter record carries the original record's headers), or with
+    /// [`origin_time`](Self::origin_time) or [`outputs`](Self::outputs)
+    /// (the origin time travels in a header).
     pub fn read_headers(mut self, enabled: bool) -> Self {
         self.settings.read_headers = enabled;
         self

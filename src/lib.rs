@@ -54,6 +54,9 @@
 //!   committer; `counters.rs` the [`RunSummary`]; `watchdog.rs`
 //!   poll-interval warnings; `stats.rs` librdkafka's statistics;
 //!   `health_view.rs` what health reads, and the health thread.
+//! - [`output`]: handler outputs: the task-local handle
+//!   ([`outputs()`]), the library's producer, the wait for acknowledgements
+//!   and the origin-time header.
 //! - [`failure`]: retry policy and backoff, the exhausted-record decision
 //!   with the storm guard, dead letters (config, writer, reader).
 //! - [`health`]: thresholds, reports, the hub behind [`HealthHandle`], the
