@@ -221,6 +221,59 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
     metrics.shutdown().await;
 }
 
+/// The idempotent output producer treats OUT_OF_ORDER_SEQUENCE_NUMBER as
+/// fatal and then fails every later write: the library replaces it, so
+/// the record's next attempt goes through and the partition moves on
+/// instead of retrying on a dead producer until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_output_producer_is_replaced() {
+    use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    support::logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("out-fatal", 1).await;
+    let out_topic = cluster.topic("out-fatal-out", 1).await;
+    for i in 0..3 {
+        cluster
+            .produce_with_headers(&topic, 0, &format!("k{i}"), "v", None, &[])
+            .await;
+    }
+    let Some(mock) = cluster.mock_or_skip("injected Produce errors") else {
+        return;
+    };
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    let to = out_topic.clone();
+    let handler = move |r: Record| {
+        let to = to.clone();
+        async move {
+            fresh_consumer::outputs()?
+                .send(Output::to(to).key(r.key().unwrap()))
+                .await?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .outputs(OutputConfig::new()),
+    );
+    cluster.wait_committed(&group, &topic, &[3]).await;
+    run.stop().await;
+    let outs = cluster.read_topic(&out_topic, 1).await;
+    for i in 0..3 {
+        let key = format!("k{i}");
+        assert!(
+            outs.iter().any(|r| r.key() == Some(key.as_bytes())),
+            "{key}: {outs:?}"
+        );
+    }
+    assert!(
+        support::logs::count(|e| e.mentions("the output producer raised a fatal error")) >= 1,
+        "the replacement is logged"
+    );
+}
+
 /// A batch handler's outputs carry the oldest origin time of their batch,
 /// and the batch is committed once they are acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,7 +132,7 @@ where
         Some(config) => {
             let producer_config = OutputProducer::producer_config(&properties, config);
             Some(Arc::new(
-                OutputProducer::new(&producer_config, instruments.clone())
+                OutputProducer::new(producer_config, instruments.clone())
                     .map_err(RunError::Client)?,
             ))
         }

@@ -27,6 +27,7 @@
 
 pub mod dead_letter;
 mod exhausted;
+pub(crate) mod producer;
 mod retry;
 mod retry_topics;
 

@@ -12,6 +12,7 @@ use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use super::{ORIGIN_TIME_HEADER, Output, OutputConfig, OutputError};
+use crate::failure::producer::ReplaceableProducer;
 use crate::metrics::instruments::{Instruments, kafka_error_name_of};
 
 tokio::task_local! {
@@ -28,9 +29,10 @@ pub(super) fn current() -> Option<Arc<Call>> {
 /// is full (`queue.buffering.max.messages`/`.kbytes`).
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
 
-/// The library's one producer for handler outputs.
+/// The library's one producer for handler outputs, replaced by a new one
+/// after librdkafka raised a fatal error on it.
 pub(crate) struct OutputProducer {
-    producer: FutureProducer,
+    producer: ReplaceableProducer,
     instruments: Instruments,
 }
 
@@ -59,9 +61,9 @@ impl OutputProducer {
         cc
     }
 
-    pub(crate) fn new(config: &ClientConfig, instruments: Instruments) -> Result<Self, KafkaError> {
+    pub(crate) fn new(config: ClientConfig, instruments: Instruments) -> Result<Self, KafkaError> {
         Ok(OutputProducer {
-            producer: config.create()?,
+            producer: ReplaceableProducer::new(config, "output")?,
             instruments,
         })
     }
@@ -77,6 +79,9 @@ impl OutputProducer {
 /// context) and the ones queued and not yet acknowledged.
 pub(crate) struct Call {
     producer: Arc<OutputProducer>,
+    /// The producer handle this call's outputs are queued on (replaced
+    /// after its outputs' answers when it turned out fatal).
+    sender: FutureProducer,
     origin_ms: Option<i64>,
     trace: Vec<(String, String)>,
     state: Mutex<State>,
@@ -100,6 +105,7 @@ impl Call {
     ) -> Arc<Self> {
         Arc::new(Call {
             producer: Arc::clone(producer),
+            sender: producer.producer.get(),
             origin_ms,
             trace,
             state: Mutex::new(State {
@@ -170,7 +176,7 @@ impl Call {
                 if !state.open {
                     return Err(OutputError::CallEnded);
                 }
-                match self.producer.producer.send_result(record) {
+                match self.sender.send_result(record) {
                     Ok(delivery) => {
                         state.pending.push((output.topic.clone(), delivery));
                         return Ok(());
@@ -178,6 +184,7 @@ impl Call {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
                     Err((error, _)) => {
                         self.producer.sent(&output.topic, Some(&error));
+                        self.producer.producer.replace_if_fatal(self.sender.clone());
                         return Err(OutputError::Queue {
                             topic: output.topic.clone(),
                             error,
@@ -210,6 +217,9 @@ impl Call {
                 first = Some(OutputError::Delivery { topic, error });
             }
         }
+        if first.is_some() {
+            self.producer.producer.replace_if_fatal(self.sender.clone());
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -221,11 +231,16 @@ impl Call {
         if pending.is_empty() {
             return;
         }
-        let producer = Arc::clone(&self.producer);
+        let (producer, sender) = (Arc::clone(&self.producer), self.sender.clone());
         tokio::spawn(async move {
+            let mut failed = false;
             for (topic, delivery) in pending {
                 let result = settle(delivery).await;
                 producer.sent(&topic, result.as_ref().err());
+                failed |= result.is_err();
+            }
+            if failed {
+                producer.producer.replace_if_fatal(sender);
             }
         });
     }
