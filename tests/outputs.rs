@@ -274,6 +274,65 @@ async fn a_fatal_output_producer_is_replaced() {
     );
 }
 
+/// Under key order several handler calls of one partition run at once on
+/// the worker's task: each sees its own handle (its own record's origin
+/// time), and each output carries its own input's origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_under_key_order_each_get_their_own_handle() {
+    const N: i64 = 24;
+    let (cluster, topic, group) = TestCluster::with_topic("out-keys", 1).await;
+    let out_topic = cluster.topic("out-keys-out", 1).await;
+    let base = now_ms() - 30_000;
+    for i in 0..N {
+        let key = format!("key-{}", i % 6);
+        cluster
+            .produce_with_headers(&topic, 0, &key, &i.to_string(), Some(base + i), &[])
+            .await;
+    }
+    let mismatches = Arc::new(AtomicU32::new(0));
+    let bad = Arc::clone(&mismatches);
+    let to = out_topic.clone();
+    let handler = move |r: Record| {
+        let (to, bad) = (to.clone(), Arc::clone(&bad));
+        async move {
+            let out = fresh_consumer::outputs()?;
+            // Another key's call runs meanwhile on the same task.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if out.origin_time_ms() != r.timestamp().millis() {
+                bad.fetch_add(1, Ordering::Relaxed);
+            }
+            out.send(
+                Output::to(to)
+                    .key(r.key().unwrap())
+                    .payload(r.payload().unwrap()),
+            )
+            .await?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .processing_order(fresh_consumer::ProcessingOrder::Key { max_in_flight: 6 })
+            .outputs(OutputConfig::new()),
+    );
+    cluster.wait_committed(&group, &topic, &[N]).await;
+    run.stop().await;
+    assert_eq!(mismatches.load(Ordering::Relaxed), 0);
+    let outs = cluster.read_topic(&out_topic, 1).await;
+    assert_eq!(outs.len(), N as usize);
+    for r in &outs {
+        let i: i64 = String::from_utf8_lossy(r.payload().unwrap())
+            .parse()
+            .unwrap();
+        assert_eq!(
+            header_text(r, ORIGIN_TIME_HEADER),
+            Some((base + i).to_string()),
+            "output of input {i}"
+        );
+    }
+}
+
 /// A batch handler's outputs carry the oldest origin time of their batch,
 /// and the batch is committed once they are acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
