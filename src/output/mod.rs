@@ -207,7 +207,9 @@ impl Output {
 /// and security settings, and writes with `acks=all` and
 /// `enable.idempotence=true`; `message.timeout.ms` defaults to 30 s (how
 /// long a delivery may take before it fails the attempt; librdkafka's own
-/// default is 300 s).
+/// default is 300 s) and `linger.ms` to 0 (librdkafka's 5 ms would be
+/// added to every record: the attempt waits for the acknowledgement, and
+/// the partition's next record waits for the attempt).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct OutputConfig {
