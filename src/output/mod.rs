@@ -306,6 +306,19 @@ impl OutputError {
 mod tests {
     use super::*;
 
+    /// A handle moves into tasks the handler spawns, and its sends run on
+    /// any worker thread.
+    #[test]
+    fn the_handle_and_its_send_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: &T) {}
+        fn check(out: &Outputs) {
+            send_sync(out);
+            send(&out.send(Output::to("t")));
+        }
+        let _ = check;
+    }
+
     #[test]
     fn outside_a_handler_call_there_is_no_handle() {
         assert!(matches!(outputs(), Err(OutputError::OutsideHandler)));
