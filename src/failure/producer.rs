@@ -32,6 +32,13 @@ impl ReplaceableProducer {
             .clone()
     }
 
+    /// Whether `producer` (a handle from [`Self::get`]) is the current
+    /// producer, not one replaced since.
+    pub(crate) fn is_current(&self, producer: &FutureProducer) -> bool {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.client().native_ptr() == producer.client().native_ptr()
+    }
+
     /// After a failed write on `failed` (a handle from [`Self::get`]):
     /// when librdkafka raised a fatal error on it, replaces it with a new
     /// producer (unless another write did already), and drops `failed` off

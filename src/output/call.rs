@@ -87,8 +87,9 @@ impl OutputProducer {
 pub(crate) struct Call {
     producer: Arc<OutputProducer>,
     /// The producer handle this call's outputs are queued on (replaced
-    /// after its outputs' answers when it turned out fatal).
-    sender: FutureProducer,
+    /// after its outputs' answers when it turned out fatal). `None` only
+    /// while the call is dropped.
+    sender: Option<FutureProducer>,
     origin_ms: Option<i64>,
     trace: Vec<(String, String)>,
     state: Mutex<State>,
@@ -112,7 +113,7 @@ impl Call {
     ) -> Arc<Self> {
         Arc::new(Call {
             producer: Arc::clone(producer),
-            sender: producer.producer.get(),
+            sender: Some(producer.producer.get()),
             origin_ms,
             trace,
             state: Mutex::new(State {
@@ -125,6 +126,10 @@ impl Call {
     /// `fut` with this call as the handle [`super::outputs`] returns.
     pub(crate) fn scope<F: Future>(self: &Arc<Self>, fut: F) -> impl Future<Output = F::Output> {
         CALL.scope(Arc::clone(self), fut)
+    }
+
+    fn sender(&self) -> &FutureProducer {
+        self.sender.as_ref().expect("set until the call is dropped")
     }
 
     pub(super) fn origin_ms(&self) -> Option<i64> {
@@ -183,7 +188,7 @@ impl Call {
                 if !state.open {
                     return Err(OutputError::CallEnded);
                 }
-                match self.sender.send_result(record) {
+                match self.sender().send_result(record) {
                     Ok(delivery) => {
                         state.pending.push((output.topic.clone(), delivery));
                         return Ok(());
@@ -191,7 +196,7 @@ impl Call {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
                     Err((error, _)) => {
                         self.producer.sent(&output.topic, Some(&error));
-                        self.producer.producer.replace_if_fatal(self.sender.clone());
+                        self.producer.producer.replace_if_fatal(self.sender().clone());
                         return Err(OutputError::Queue {
                             topic: output.topic.clone(),
                             error,
@@ -225,7 +230,7 @@ impl Call {
             }
         }
         if first.is_some() {
-            self.producer.producer.replace_if_fatal(self.sender.clone());
+            self.producer.producer.replace_if_fatal(self.sender().clone());
         }
         first.map_or(Ok(()), Err)
     }
@@ -238,7 +243,7 @@ impl Call {
         if pending.is_empty() {
             return;
         }
-        let (producer, sender) = (Arc::clone(&self.producer), self.sender.clone());
+        let (producer, sender) = (Arc::clone(&self.producer), self.sender().clone());
         tokio::spawn(async move {
             let mut failed = false;
             for (topic, delivery) in pending {
@@ -250,6 +255,20 @@ impl Call {
                 producer.producer.replace_if_fatal(sender);
             }
         });
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        // After a fatal error replaced the producer, this may be the last
+        // handle of the old one: dropping it purges, flushes (up to
+        // 500 ms) and joins its threads, so not on an async worker thread.
+        if let Some(sender) = self.sender.take()
+            && !self.producer.producer.is_current(&sender)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn_blocking(move || drop(sender)));
+        }
     }
 }
 
