@@ -196,7 +196,9 @@ impl Call {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
                     Err((error, _)) => {
                         self.producer.sent(&output.topic, Some(&error));
-                        self.producer.producer.replace_if_fatal(self.sender().clone());
+                        self.producer
+                            .producer
+                            .replace_if_fatal(self.sender().clone());
                         return Err(OutputError::Queue {
                             topic: output.topic.clone(),
                             error,
@@ -230,7 +232,9 @@ impl Call {
             }
         }
         if first.is_some() {
-            self.producer.producer.replace_if_fatal(self.sender().clone());
+            self.producer
+                .producer
+                .replace_if_fatal(self.sender().clone());
         }
         first.map_or(Ok(()), Err)
     }
