@@ -86,6 +86,10 @@ pub(crate) struct Settings {
     pub(crate) trace: crate::trace::TraceSettings,
     /// Batches for a batch handler (`None`: one record per handler call).
     pub(crate) batch: Option<crate::handler::BatchSettings>,
+    /// Handler outputs (`None`: off, no producer).
+    pub(crate) outputs: Option<crate::output::OutputConfig>,
+    /// Take the event age from the origin-time header when present.
+    pub(crate) origin_time: bool,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -133,6 +137,8 @@ impl Default for Settings {
             health: crate::health::hub::HealthSettings::default(),
             trace: crate::trace::TraceSettings::default(),
             batch: None,
+            outputs: None,
+            origin_time: false,
         }
     }
 }
@@ -297,7 +303,16 @@ impl Settings {
         {
             return Err(invalid("event_time_header", "must not be empty"));
         }
+        if let Some(outputs) = &self.outputs {
+            outputs.check()?;
+        }
         if !self.read_headers {
+            if self.origin_time || self.outputs.is_some() {
+                return Err(invalid(
+                    "read_headers",
+                    "`origin_time` and `outputs` read the input's origin-time header: headers must be read",
+                ));
+            }
             if self.event_time_header.is_some() {
                 return Err(invalid(
                     "read_headers",

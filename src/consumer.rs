@@ -16,6 +16,7 @@ use crate::handler::{
 };
 use crate::health::{HealthHandle, HealthThresholds, RetentionOverrunPolicy};
 use crate::ordering::ProcessingOrder;
+use crate::output::OutputConfig;
 use crate::slo::FreshnessObjective;
 use crate::summary::RunSummary;
 use crate::trace::ProducerContext;
@@ -386,10 +387,59 @@ impl<H> FreshConsumer<H> {
     /// [`ConfigError::InvalidOption`] (option `read_headers`) from
     /// [`validate`](Self::validate) and `run_until` when `false` is combined
     /// with [`event_time_header`](Self::event_time_header) (the event time
-    /// comes from a header) or with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter) (a
-    /// dead-letter record carries the original record's headers).
+    /// comes from a header), with [`OnExhausted::DeadLetter`](crate::failure::OnExhausted::DeadLetter) (a
+    /// dead-letter record carries the original record's headers), or with
+    /// [`origin_time`](Self::origin_time) or [`outputs`](Self::outputs)
+    /// (the origin time travels in a header).
     pub fn read_headers(mut self, enabled: bool) -> Self {
         self.settings.read_headers = enabled;
+        self
+    }
+
+    /// Lets the handler send records to Kafka through the library
+    /// ([`fresh_consumer::outputs()`](crate::outputs) inside a handler
+    /// call; per-record and batch handlers alike), with one producer the
+    /// library creates for it (only when this is called). Defaults to no
+    /// outputs.
+    ///
+    /// A record (or a batch) counts as completed, and its offset as
+    /// committable, only once the broker acknowledged every output its
+    /// handler call sent; a failed delivery fails the attempt and the
+    /// retry policy applies, so outputs are at-least-once (an output may
+    /// be written twice). Each output carries the input's origin time
+    /// ([`ORIGIN_TIME_HEADER`](crate::output::ORIGIN_TIME_HEADER)) and,
+    /// with tracing on, the process span's context. See [`crate::output`].
+    ///
+    /// # Errors
+    /// [`ConfigError::OutputProducerProperty`] from
+    /// [`validate`](Self::validate) and `run_until` for a producer property
+    /// that would weaken the acknowledgement, or a `transactional.id`;
+    /// [`ConfigError::InvalidOption`] (option `read_headers`) with
+    /// `read_headers(false)` (an input's origin time travels in a header).
+    pub fn outputs(mut self, config: OutputConfig) -> Self {
+        self.settings.outputs = Some(config);
+        self
+    }
+
+    /// Records the event age from the origin-time header
+    /// ([`ORIGIN_TIME_HEADER`](crate::output::ORIGIN_TIME_HEADER)) that an
+    /// upstream `FreshConsumer` with [`outputs`](Self::outputs) writes:
+    /// the age since the first hop's event time (end to end across hops),
+    /// with `fresh_consumer.timestamp.type` = `origin`. Freshness
+    /// objectives then count the end-to-end age too. Defaults to `false`
+    /// (the age of this hop's input only).
+    ///
+    /// Precedence: a valid origin-time header, else the usual event time
+    /// ([`event_time_header`](Self::event_time_header) when set, else the
+    /// record timestamp). A header present but unreadable is counted in
+    /// `fresh_consumer.origin_time.malformed.messages` and the record's
+    /// own event time is used: the record is handled as usual.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidOption`] (option `read_headers`) with
+    /// `read_headers(false)`.
+    pub fn origin_time(mut self, enabled: bool) -> Self {
+        self.settings.origin_time = enabled;
         self
     }
 
@@ -583,6 +633,8 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("poll_warning_ratio", &s.poll_warning_ratio)
             .field("event_time_header", &s.event_time_header)
             .field("read_headers", &s.read_headers)
+            .field("outputs", &s.outputs)
+            .field("origin_time", &s.origin_time)
             .field("trace", &s.trace)
             .field("batch", &s.batch)
             .finish_non_exhaustive()

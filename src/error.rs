@@ -65,6 +65,22 @@ pub enum ConfigError {
         /// What the value would cost.
         reason: &'static str,
     },
+    /// An output producer property ([`OutputConfig::producer_property`](crate::OutputConfig::producer_property))
+    /// that would let a commit cover an output the brokers did not durably
+    /// acknowledge (`acks` other than `all`/`-1`, `enable.idempotence` other
+    /// than `true`, more than 5 requests in flight), or a `transactional.id`
+    /// (transactional outputs are not supported yet).
+    #[error(
+        "output producer property `{property}={value}` is refused: {reason}; the output producer always uses acks=all with enable.idempotence=true"
+    )]
+    OutputProducerProperty {
+        /// The property name, as given.
+        property: String,
+        /// The value given.
+        value: String,
+        /// What the value would cost.
+        reason: &'static str,
+    },
     /// librdkafka rejected a property (unknown name or invalid value), or
     /// the library does not support the value (`enable.partition.eof=true`).
     /// For secret properties the reason does not repeat the value.

@@ -54,6 +54,9 @@
 //!   committer; `counters.rs` the [`RunSummary`]; `watchdog.rs`
 //!   poll-interval warnings; `stats.rs` librdkafka's statistics;
 //!   `health_view.rs` what health reads, and the health thread.
+//! - [`output`]: handler outputs: the task-local handle
+//!   ([`outputs()`]), the library's producer, the wait for acknowledgements
+//!   and the origin-time header.
 //! - [`failure`]: retry policy and backoff, the exhausted-record decision
 //!   with the storm guard, dead letters (config, writer, reader).
 //! - [`health`]: thresholds, reports, the hub behind [`HealthHandle`], the
@@ -109,6 +112,7 @@ pub mod metrics;
 pub mod monitor;
 mod ordering;
 pub mod otlp;
+pub mod output;
 mod record;
 pub mod slo;
 mod summary;
@@ -144,6 +148,7 @@ pub use health::{
     HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
 };
 pub use ordering::ProcessingOrder;
+pub use output::{Output, OutputConfig, outputs};
 pub use record::{Header, Record, RecordTimestamp};
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};

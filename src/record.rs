@@ -410,6 +410,9 @@ pub(crate) enum EventTime {
     Record(RecordTimestamp),
     /// Milliseconds since the epoch, from the event-time header.
     Header(i64),
+    /// Milliseconds since the epoch, from the origin-time header an
+    /// upstream consumer's output carries (the end-to-end age).
+    Origin(i64),
     /// No usable event time.
     Missing,
 }
@@ -435,8 +438,33 @@ impl EventTime {
     pub(crate) fn millis(self) -> Option<i64> {
         match self {
             EventTime::Record(ts) => ts.millis(),
-            EventTime::Header(ms) if ms >= 0 => Some(ms),
+            EventTime::Header(ms) | EventTime::Origin(ms) if ms >= 0 => Some(ms),
             _ => None,
+        }
+    }
+}
+
+/// What a record's origin-time header holds (`ORIGIN_TIME_HEADER` of
+/// `crate::output`, named here by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OriginHeader {
+    /// No header of that name.
+    Absent,
+    /// A usable time, milliseconds since the Unix epoch.
+    Valid(i64),
+    /// Present, but null, unparseable or negative.
+    Malformed,
+}
+
+impl OriginHeader {
+    /// The last header `name` of `record`, read as an event-time header.
+    pub(crate) fn of(name: &str, record: &Record) -> Self {
+        match record.header(name) {
+            None => OriginHeader::Absent,
+            Some(value) => match value.and_then(parse_event_time_header) {
+                Some(ms) => OriginHeader::Valid(ms),
+                None => OriginHeader::Malformed,
+            },
         }
     }
 }

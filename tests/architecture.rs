@@ -2,8 +2,10 @@
 //! between the crate's top-level modules run one way,
 //!
 //! ```text
-//! consumer -> engine -> monitor -> config -> {failure, health} -> otlp -> trace -> metrics -> leaves
+//! consumer -> engine -> monitor -> config -> output -> {failure, health} -> otlp -> trace -> metrics -> leaves
 //! ```
+//!
+//! (`output`, the handler outputs, takes its producer rules from `failure`.)
 //!
 //! (`monitor`, the group monitor, sits beside the engine: it uses the
 //! configuration's property checks and the metric names, never the engine
@@ -29,6 +31,7 @@ fn layer(module: &str) -> Option<u32> {
         "engine" => 70,
         "monitor" => 65,
         "config" => 60,
+        "output" => 55,
         "failure" | "health" => 50,
         "otlp" => 45,
         "trace" => 42,

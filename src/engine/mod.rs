@@ -56,6 +56,7 @@ use crate::handler::Handler;
 use crate::health::hub::RunGuard;
 use crate::health::view::EngineView;
 use crate::metrics::instruments::Instruments;
+use crate::output::OutputProducer;
 use crate::summary::RunSummary;
 use assignment::Assignment;
 use commit::Committer;
@@ -109,14 +110,16 @@ where
         OnExhausted::RetryTopics(rt) => Some(&rt.dead_letter),
         _ => None,
     };
+    // The consumer's properties, which the library's producers inherit
+    // their connection and security settings from.
+    let properties: Vec<(String, String)> = validated
+        .client_config
+        .config_map()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let dead_letter = match dead_letter_config {
         Some(config) => {
-            let properties: Vec<(String, String)> = validated
-                .client_config
-                .config_map()
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
             let producer_config = DeadLetterWriter::producer_config(&properties, config);
             Some(
                 DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
@@ -124,6 +127,16 @@ where
             )
         }
         _ => None,
+    };
+    let outputs = match &settings.outputs {
+        Some(config) => {
+            let producer_config = OutputProducer::producer_config(&properties, config);
+            Some(Arc::new(
+                OutputProducer::new(producer_config, instruments.clone())
+                    .map_err(RunError::Client)?,
+            ))
+        }
+        None => None,
     };
     let (commit_tx, commit_rx) = std::sync::mpsc::channel();
     let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
@@ -140,6 +153,7 @@ where
             event_time_header: settings.event_time_header.clone(),
             read_headers: settings.read_headers,
             batch: settings.batch.clone(),
+            origin_time: settings.origin_time,
         },
         committer: Arc::new(Committer::new(
             Arc::clone(&assignment),
@@ -166,6 +180,7 @@ where
         shutdown: CancellationToken::new(),
         ctrl_tx,
         trace: trace.clone(),
+        outputs,
     });
     let ctx = Ctx {
         engine: Arc::clone(&engine),

@@ -46,6 +46,8 @@ pub(crate) struct EngineSettings {
     pub(crate) read_headers: bool,
     /// Batches for a batch handler (`None`: one record per handler call).
     pub(crate) batch: Option<BatchSettings>,
+    /// Take the event age from the origin-time header when present.
+    pub(crate) origin_time: bool,
 }
 
 /// What the poll loop, the rebalance callbacks and the partition workers
@@ -71,4 +73,6 @@ pub(crate) struct Engine {
     pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
     /// Traces (`None`: off, the default).
     pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
+    /// The producer of handler outputs (`None`: outputs off, the default).
+    pub(crate) outputs: Option<Arc<crate::output::OutputProducer>>,
 }

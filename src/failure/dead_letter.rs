@@ -14,7 +14,7 @@
 //! | [`TIMESTAMP_TYPE`] | `create_time`, `log_append_time` or `none` |
 //! | [`GROUP`] | consumer group (`group.id`) |
 //! | [`ATTEMPTS`] | handler attempts made |
-//! | [`ERROR_TYPE`] | `handler_error`, `panic`, `timeout` or `permanent` |
+//! | [`ERROR_TYPE`] | `handler_error`, `panic`, `timeout`, `output_error` or `permanent` |
 //! | [`ERROR_MESSAGE`] | the last error's message (and its sources), capped at [`DeadLetter::max_error_message_bytes`] |
 //! | [`FIRST_FAILURE`] | first failed attempt, ms since the Unix epoch |
 //! | [`LAST_FAILURE`] | last failed attempt, ms since the Unix epoch |
@@ -61,7 +61,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 
 use crate::error::ConfigError;
 use crate::record::{Header, Record, RecordTimestamp};
@@ -255,7 +255,7 @@ impl DeadLetter {
 /// Why setting dead-letter producer property `key` to `value` would let the
 /// library commit past a write the brokers did not durably acknowledge (or
 /// could not take), if it would.
-fn weakens_delivery(key: &str, value: &str) -> Option<&'static str> {
+pub(crate) fn weakens_delivery(key: &str, value: &str) -> Option<&'static str> {
     match key {
         "acks" | "request.required.acks"
             if !(value.eq_ignore_ascii_case("all") || value == "-1") =>
@@ -440,7 +440,7 @@ pub struct DeadLetterRecord {
     pub group: Option<String>,
     /// Handler attempts made.
     pub attempts: Option<u32>,
-    /// Failure class (`handler_error`, `panic`, `timeout`, `permanent`).
+    /// Failure class (`handler_error`, `panic`, `timeout`, `output_error`, `permanent`).
     pub error_type: Option<String>,
     /// Last error message (capped).
     pub error_message: Option<String>,
@@ -471,7 +471,7 @@ pub struct FailedStop {
     pub topic: String,
     /// When its last attempt there failed, ms since the Unix epoch.
     pub failed_at_ms: i64,
-    /// The failure class (`handler_error`, `panic`, `timeout`, `permanent`).
+    /// The failure class (`handler_error`, `panic`, `timeout`, `output_error`, `permanent`).
     pub error_type: String,
 }
 
@@ -632,7 +632,7 @@ impl DeadLetterRecord {
 }
 
 mod writer;
-pub(crate) use writer::{DeadLetterWriter, FailureInfo};
+pub(crate) use writer::{DeadLetterWriter, FailureInfo, inherited};
 
 #[cfg(test)]
 mod tests;

@@ -27,10 +27,12 @@
 
 pub mod dead_letter;
 mod exhausted;
+pub(crate) mod producer;
 mod retry;
 mod retry_topics;
 
 pub use dead_letter::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter, DeadLetterHeaders};
+pub(crate) use dead_letter::{inherited as inherited_by_producers, weakens_delivery};
 pub use exhausted::{
     DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, OnExhausted,
     StormGuard,

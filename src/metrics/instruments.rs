@@ -28,6 +28,7 @@ pub(crate) struct Instruments {
     operation_duration: Histogram<f64>,
     timestamp_missing: Counter<u64>,
     clock_skew: Counter<u64>,
+    origin_malformed: Counter<u64>,
     retries: Counter<u64>,
     dead_letter: Counter<u64>,
     skipped: Counter<u64>,
@@ -152,6 +153,11 @@ impl Instruments {
                 "{message}",
                 "Succeeded records timestamped later than the consumer's clock.",
             ),
+            origin_malformed: counter(
+                ORIGIN_TIME_MALFORMED,
+                "{message}",
+                "Succeeded records whose origin-time header could not be read.",
+            ),
             retries: counter(
                 HANDLER_RETRIES,
                 "{attempt}",
@@ -177,7 +183,7 @@ impl Instruments {
             sent: counter(
                 SENT_MESSAGES,
                 "{message}",
-                "Dead-letter records sent, with error.type when the broker refused them.",
+                "Records sent by the library (handler outputs, dead-letter and retry-tier writes), with error.type when not acknowledged.",
             ),
             retry_messages: counter(
                 RETRY_MESSAGES,
@@ -250,6 +256,10 @@ impl Instruments {
                 &self.event_age,
                 with(&[KeyValue::new(TIMESTAMP_TYPE, "header")]),
             ),
+            age_origin: Lazy::histogram(
+                &self.event_age,
+                with(&[KeyValue::new(TIMESTAMP_TYPE, "origin")]),
+            ),
             process_ok: Lazy::histogram(&self.process_duration, with(&process)),
             poll: Lazy::histogram(
                 &self.operation_duration,
@@ -266,6 +276,7 @@ impl Instruments {
                 with(&[KeyValue::new(MESSAGING_OPERATION_NAME, "poll")]),
             ),
             process_timeout: process_err("timeout"),
+            process_output: process_err("output_error"),
             slo: self
                 .slo
                 .objectives
@@ -332,6 +343,20 @@ impl Instruments {
                 })
                 .unwrap_or_default(),
         }
+    }
+
+    /// One handler output to `topic` settled: acknowledged (`error`
+    /// `None`), or failed with the Kafka error name `error`.
+    pub(crate) fn output_sent(&self, topic: &str, error: Option<String>) {
+        let mut attrs = vec![
+            KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+            KeyValue::new(MESSAGING_DESTINATION_NAME, topic.to_owned()),
+            KeyValue::new(MESSAGING_OPERATION_NAME, "send"),
+        ];
+        if let Some(e) = error {
+            attrs.push(KeyValue::new(ERROR_TYPE, e));
+        }
+        self.sent.add(1, &attrs);
     }
 
     /// The freshness objectives' registry.
@@ -404,6 +429,8 @@ pub(crate) enum AttemptError {
     Handler,
     Panic,
     Timeout,
+    /// The handler succeeded, but an output it sent was not acknowledged.
+    Output,
 }
 
 impl AttemptError {
@@ -412,6 +439,7 @@ impl AttemptError {
             AttemptError::Handler => "handler_error",
             AttemptError::Panic => "panic",
             AttemptError::Timeout => "timeout",
+            AttemptError::Output => "output_error",
         }
     }
 }
@@ -491,6 +519,7 @@ pub(crate) struct PartitionInstruments {
     age_create: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     age_append: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     age_header: Lazy<Histogram<f64>, BoundHistogram<f64>>,
+    age_origin: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     process_ok: Lazy<Histogram<f64>, BoundHistogram<f64>>,
     /// `messaging.client.operation.duration` of the polls of the
     /// partition's own queue.
@@ -500,6 +529,7 @@ pub(crate) struct PartitionInstruments {
     process_panic: Box<[KeyValue]>,
     consumed: Lazy<Counter<u64>, BoundCounter<u64>>,
     process_timeout: Box<[KeyValue]>,
+    process_output: Box<[KeyValue]>,
     /// The freshness objectives that apply to this partition's topic.
     slo: Vec<SloAttrs>,
     /// Dead-letter attributes: (partition attributes + dead-letter topic,
@@ -553,8 +583,14 @@ impl PartitionInstruments {
             Some(AttemptError::Handler) => &self.process_error,
             Some(AttemptError::Panic) => &self.process_panic,
             Some(AttemptError::Timeout) => &self.process_timeout,
+            Some(AttemptError::Output) => &self.process_output,
         };
         self.i.process_duration.record(took.as_secs_f64(), attrs);
+    }
+
+    /// A succeeded record's origin-time header could not be read.
+    pub(crate) fn origin_malformed(&self) {
+        self.i.origin_malformed.add(1, &self.base);
     }
 
     /// A failed attempt is about to be retried.
@@ -656,6 +692,7 @@ impl PartitionInstruments {
                 (ms, &self.age_append)
             }
             EventTime::Header(ms) if ms >= 0 => (ms, &self.age_header),
+            EventTime::Origin(ms) if ms >= 0 => (ms, &self.age_origin),
             _ => {
                 self.i.timestamp_missing.add(1, &self.base);
                 self.slo(|_| SloResult::NoTimestamp);

@@ -9,7 +9,11 @@
 ///
 /// The event time is the Kafka record timestamp (`CreateTime` or
 /// `LogAppendTime`), or the header named by
-/// [`FreshConsumer::event_time_header`](crate::FreshConsumer::event_time_header).
+/// [`FreshConsumer::event_time_header`](crate::FreshConsumer::event_time_header),
+/// or with [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time)
+/// the origin time an upstream consumer's output carries
+/// ([`ORIGIN_TIME_HEADER`](crate::output::ORIGIN_TIME_HEADER): the
+/// end-to-end age, [`TIMESTAMP_TYPE`] = `origin`).
 /// The clock is the consumer host's wall clock (`SystemTime::now`). Records
 /// without a usable timestamp are counted in [`EVENT_TIMESTAMP_MISSING`]
 /// instead; records stamped in the future record 0 and count in
@@ -152,6 +156,20 @@ pub const EVENT_TIMESTAMP_MISSING: &str = "fresh_consumer.event.timestamp.missin
 /// Was `fresh_consumer.event.clock_skew` before 0.2.0.
 pub const EVENT_CLOCK_SKEW: &str = "fresh_consumer.event.clock_skew.messages";
 
+/// Succeeded records whose origin-time header
+/// ([`ORIGIN_TIME_HEADER`](crate::output::ORIGIN_TIME_HEADER)) is present
+/// but unreadable (not decimal ASCII or 8-byte big-endian milliseconds, or
+/// negative), counted where the library reads it: with
+/// [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time) or
+/// [`FreshConsumer::outputs`](crate::FreshConsumer::outputs). The record
+/// is handled as usual; its age (and its outputs' origin time) come from
+/// its own event time instead.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+pub const ORIGIN_TIME_MALFORMED: &str = "fresh_consumer.origin_time.malformed.messages";
+
 /// Handler attempts that retried a failed attempt.
 ///
 /// | instrument | unit | attributes |
@@ -198,12 +216,14 @@ pub const TRACE_CONTEXT_MALFORMED: &str = "fresh_consumer.trace_context.malforme
 pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 
 /// Records sent by the library (semantic convention
-/// `messaging.client.sent.messages`): the dead-letter writes and the
-/// retry-tier writes.
+/// `messaging.client.sent.messages`): handler outputs
+/// ([`FreshConsumer::outputs`](crate::FreshConsumer::outputs)), counted
+/// when the broker answered (or librdkafka refused to queue one), and the
+/// dead-letter and retry-tier writes.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
-/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the dead-letter or tier topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
+/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_DESTINATION_NAME`] = the output, dead-letter or tier topic, [`MESSAGING_OPERATION_NAME`] = `send`, [`ERROR_TYPE`] (Kafka error name) when the write failed |
 ///
 /// No [`MESSAGING_OPERATION_TYPE`]: the convention (v1.44) does not list it
 /// for this metric.
@@ -586,11 +606,13 @@ pub const MESSAGING_OPERATION_NAME: &str = "messaging.operation.name";
 pub const MESSAGING_OPERATION_TYPE: &str = "messaging.operation.type";
 /// Attribute `error.type`: a low-cardinality failure class. For handler
 /// attempts `handler_error`, `panic`, `timeout` (see
-/// [`handler_timeout`](crate::FreshConsumer::handler_timeout)); for commits
+/// [`handler_timeout`](crate::FreshConsumer::handler_timeout)),
+/// `output_error` (an output was not acknowledged); for commits, outputs
 /// and dead-letter sends the Kafka error code name.
 pub const ERROR_TYPE: &str = "error.type";
 /// Attribute `fresh_consumer.timestamp.type`: where the event time came from:
-/// `create_time`, `log_append_time` or `header` (the monitor's
+/// `create_time`, `log_append_time`, `header` or `origin` (the upstream
+/// origin time, [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time)) (the monitor's
 /// [`MONITOR_TIME_LAG`]: `create_time`, `log_append_time` or `none`).
 pub const TIMESTAMP_TYPE: &str = "fresh_consumer.timestamp.type";
 

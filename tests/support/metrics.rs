@@ -161,6 +161,26 @@ impl InMemory {
         .unwrap_or_else(|| panic!("{name} exported"))
     }
 
+    /// (min, max, count) over the points of f64 histogram `name` whose
+    /// attributes include all of `wanted`; `None` when no point matched.
+    pub fn histogram_min_max_count(&self, name: &str, wanted: &Attrs) -> Option<(f64, f64, u64)> {
+        self.read(name, |m| {
+            let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else {
+                panic!("{name} is not an f64 histogram: {:?}", m.data());
+            };
+            h.data_points()
+                .filter(|p| includes(p.attributes(), wanted) && p.count() > 0)
+                .fold(None, |acc: Option<(f64, f64, u64)>, p| {
+                    let (lo, hi) = (p.min().unwrap_or(f64::NAN), p.max().unwrap_or(f64::NAN));
+                    Some(match acc {
+                        None => (lo, hi, p.count()),
+                        Some((a, b, c)) => (a.min(lo), b.max(hi), c + p.count()),
+                    })
+                })
+        })
+        .flatten()
+    }
+
     /// (sum, count) over the points of histogram `name` (f64 or u64)
     /// whose attributes include all of `wanted`; (0, 0) when it was never
     /// exported.

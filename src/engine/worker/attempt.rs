@@ -88,6 +88,7 @@ impl<H: Handler> Worker<H> {
         let offset = record.offset();
         let exhausted = &self.engine.exhausted;
         let (origin, event_time) = self.origin_and_event_time(&record);
+        let times = self.times(&record, event_time);
         if prior.is_none() && !self.wait_until_due(&record).await {
             return Done::Stopped;
         }
@@ -119,14 +120,7 @@ impl<H: Handler> Worker<H> {
                         // A batch handler's record on its own: a batch of one.
                         self.state.metrics.batch_handled(1);
                     }
-                    let result = self
-                        .guarded(&span, || self.handler.handle(record.clone()))
-                        .await;
-                    let outcome = match result {
-                        Ok(Ok(())) => Attempt::Succeeded,
-                        Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
-                        Err((kind, error)) => Attempt::Failed(kind, error),
-                    };
+                    let outcome = self.call_handler(&span, &record, times.origin_ms).await;
                     (outcome, true)
                 }
             };
@@ -145,10 +139,13 @@ impl<H: Handler> Worker<H> {
                     }
                     self.state.metrics.handler_succeeded(
                         &self.engine.wall_clock,
-                        event_time,
+                        times.age,
                         took,
                         ended,
                     );
+                    if times.malformed {
+                        self.state.metrics.origin_malformed();
+                    }
                     self.state.health.succeeded(ended);
                     self.state.completed(offset, &self.engine.committer.queue);
                     // Counted in the shared counters in bulk (`flush_counts`):

@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use rdkafka::consumer::ConsumerContext;
 
-use crate::handler::{Batch, BatchSettings, Handler};
+use crate::handler::{BatchSettings, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
 use crate::trace::{BatchTrace, Outcome};
@@ -149,9 +149,8 @@ impl<H: Handler> Worker<H> {
             let span = trace.attempt(records[0].offset(), n, attempt);
             self.state.metrics.batch_handled(n);
             let started = Instant::now();
-            let result = self
-                .guarded(&span, || batch.call.call(Batch::new(records.clone())))
-                .await;
+            let origin_ms = self.oldest_origin(&records);
+            let result = self.call_batch(&span, batch, &records, origin_ms).await;
             let ended = Instant::now();
             let took = ended.saturating_duration_since(started);
             let (kind, error) = match result {
@@ -311,18 +310,19 @@ impl<H: Handler> Worker<H> {
             return;
         }
         let now_ns = self.engine.wall_clock.unix_nanos(ended);
-        if self.engine.exhausted.tier_of(&self.state.topic).is_some() {
-            // A tier record's event time is its original record's.
-            for r in records {
-                let (_, event_time) = self.origin_and_event_time(r);
-                self.state.metrics.succeeded(event_time, now_ns);
-            }
-        } else {
-            let header = self.engine.settings.event_time_header.as_deref();
-            for r in records {
-                self.state
-                    .metrics
-                    .succeeded(EventTime::of(header, r), now_ns);
+        let tier = self.engine.exhausted.tier_of(&self.state.topic).is_some();
+        let header = self.engine.settings.event_time_header.as_deref();
+        for r in records {
+            let event_time = if tier {
+                // A tier record's event time is its original record's.
+                self.origin_and_event_time(r).1
+            } else {
+                EventTime::of(header, r)
+            };
+            let times = self.times(r, event_time);
+            self.state.metrics.succeeded(times.age, now_ns);
+            if times.malformed {
+                self.state.metrics.origin_malformed();
             }
         }
         self.state.health.succeeded(ended);
@@ -333,6 +333,25 @@ impl<H: Handler> Worker<H> {
         // Counted in the shared counters in bulk (`flush_counts`).
         self.unflushed
             .fetch_add(records.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The oldest origin time of `records` (what a batch's outputs carry);
+    /// `None` without outputs, or when none has a usable time.
+    fn oldest_origin(&self, records: &[Record]) -> Option<i64> {
+        self.engine.outputs.as_ref()?;
+        let tier = self.engine.exhausted.tier_of(&self.state.topic).is_some();
+        let header = self.engine.settings.event_time_header.as_deref();
+        records
+            .iter()
+            .filter_map(|r| {
+                let event_time = if tier {
+                    self.origin_and_event_time(r).1
+                } else {
+                    EventTime::of(header, r)
+                };
+                self.times(r, event_time).origin_ms
+            })
+            .min()
     }
 
     /// `n` records succeeded after their partition was revoked.

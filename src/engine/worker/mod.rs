@@ -12,12 +12,16 @@
 //! records from `source.rs` and hand each to `attempt.rs` (the handler's
 //! attempts and the exhausted-record decision), which writes a record that
 //! moves on to `park.rs` (dead-letter and retry-tier writes, due times);
+//! `outputs.rs` makes the handler call itself (with the call's output
+//! handle and the wait for its outputs' acknowledgements when outputs are
+//! on);
 //! `task.rs` holds the worker's own state that all of them share.
 
 mod attempt;
 mod batched;
 mod by_key;
 mod in_order;
+mod outputs;
 mod park;
 mod source;
 mod task;

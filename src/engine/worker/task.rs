@@ -10,7 +10,8 @@ use crate::engine::partition::PartitionState;
 use crate::engine::shared::Engine;
 use crate::failure::dead_letter::Origin;
 use crate::handler::Handler;
-use crate::record::{EventTime, Record};
+use crate::output::ORIGIN_TIME_HEADER;
+use crate::record::{EventTime, OriginHeader, Record};
 
 pub(super) struct Worker<H> {
     pub(super) state: Arc<PartitionState>,
@@ -38,6 +39,15 @@ pub(super) struct Worker<H> {
 /// A worker adds its successes to the shared counters at least every this
 /// many records.
 pub(super) const FLUSH_EVERY: u64 = 64;
+
+/// A record's times beyond its event time: what its age is recorded with,
+/// the origin time its outputs carry, and whether its origin-time header
+/// was unreadable (counted at its success).
+pub(super) struct Times {
+    pub(super) age: EventTime,
+    pub(super) origin_ms: Option<i64>,
+    pub(super) malformed: bool,
+}
 
 /// How [`Worker::handle_until_done`] left a record.
 pub(super) enum Done {
@@ -90,6 +100,38 @@ impl<H: Handler> Worker<H> {
             biased;
             _ = self.state.stop.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
+        }
+    }
+
+    /// `record`'s [`Times`], from its `event_time`: its origin-time header
+    /// is read only with outputs or `origin_time` on. A valid header is
+    /// the origin its outputs carry on, and with `origin_time` its age's
+    /// event time; else (absent or unreadable) its event time is both.
+    pub(super) fn times(&self, record: &Record, event_time: EventTime) -> Times {
+        let origin_time = self.engine.settings.origin_time;
+        if !origin_time && self.engine.outputs.is_none() {
+            return Times {
+                age: event_time,
+                origin_ms: None,
+                malformed: false,
+            };
+        }
+        let header = OriginHeader::of(ORIGIN_TIME_HEADER, record);
+        match header {
+            OriginHeader::Valid(ms) => Times {
+                age: if origin_time {
+                    EventTime::Origin(ms)
+                } else {
+                    event_time
+                },
+                origin_ms: Some(ms),
+                malformed: false,
+            },
+            _ => Times {
+                age: event_time,
+                origin_ms: event_time.millis(),
+                malformed: header == OriginHeader::Malformed,
+            },
         }
     }
 

@@ -36,17 +36,17 @@ fn cap(s: &str, max: usize) -> &str {
 /// Writes exhausted records to their dead-letter topic and waits for the
 /// broker's acknowledgement.
 pub(crate) struct DeadLetterWriter {
-    /// Replaced by a new producer once librdkafka raised a fatal error on it
-    /// (the idempotent producer does on a sequence desynchronisation, and
-    /// then fails every later write): see [`Self::replace_if_fatal`].
-    producer: std::sync::Mutex<FutureProducer>,
-    producer_config: ClientConfig,
+    /// Replaced by a new producer once librdkafka raised a fatal error on
+    /// it (the idempotent producer does on a sequence desynchronisation,
+    /// and then fails every later write).
+    producer: crate::failure::producer::ReplaceableProducer,
     config: DeadLetter,
     group: String,
 }
 
-/// Consumer properties the dead-letter producer inherits.
-fn inherited(key: &str) -> bool {
+/// Consumer properties the library's producers inherit (the dead-letter
+/// producer's and the output producer's).
+pub(crate) fn inherited(key: &str) -> bool {
     key == "bootstrap.servers"
         || key == "metadata.broker.list"
         || key == "client.id"
@@ -89,8 +89,10 @@ impl DeadLetterWriter {
         group: String,
     ) -> Result<Self, KafkaError> {
         Ok(DeadLetterWriter {
-            producer: std::sync::Mutex::new(producer_config.create()?),
-            producer_config,
+            producer: crate::failure::producer::ReplaceableProducer::new(
+                producer_config,
+                "dead-letter",
+            )?,
             config,
             group,
         })
@@ -128,52 +130,16 @@ impl DeadLetterWriter {
         if let Some(p) = record.payload() {
             r = r.payload(p);
         }
-        let producer = self
-            .producer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let producer = self.producer.get();
         let sent = producer
             .send(r, Duration::from_secs(0))
             .await
             .map(|_| ())
             .map_err(|(e, _)| e);
-        if sent.is_err() && self.replace_if_fatal(&producer) {
-            // Dropping the last handle of a producer purges, flushes (up to
-            // 500 ms) and joins its threads: not on an async worker thread.
-            drop(tokio::task::spawn_blocking(move || drop(producer)));
+        if sent.is_err() {
+            self.producer.replace_if_fatal(producer);
         }
         sent
-    }
-
-    /// Replaces `failed` with a new producer when librdkafka raised a fatal
-    /// error on it: a fatal producer fails every later write, so retrying on
-    /// it would block the partition until the process restarts. Returns
-    /// `true` when `failed` is fatal (replaced now or by another write).
-    fn replace_if_fatal(&self, failed: &FutureProducer) -> bool {
-        let Some((code, reason)) = failed.client().fatal_error() else {
-            return false;
-        };
-        let mut current = self.producer.lock().unwrap_or_else(|e| e.into_inner());
-        if current.client().native_ptr() != failed.client().native_ptr() {
-            return true; // Another partition's write replaced it already.
-        }
-        match self.producer_config.create::<FutureProducer>() {
-            Ok(fresh) => {
-                tracing::warn!(
-                    ?code,
-                    %reason,
-                    "the dead-letter producer raised a fatal error; replaced it with a new one"
-                );
-                // Not the last handle: the caller still holds `failed`.
-                drop(std::mem::replace(&mut *current, fresh));
-            }
-            Err(e) => tracing::error!(
-                error = %e,
-                "the dead-letter producer raised a fatal error and a new one could not be created"
-            ),
-        }
-        true
     }
 
     #[cfg(test)]

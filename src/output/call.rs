@@ -1,0 +1,286 @@
+//! The library's output producer, and one handler call's outputs: the
+//! handle's task-local context, the queued outputs, and the wait for their
+//! acknowledgements.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+
+use super::{ORIGIN_TIME_HEADER, Output, OutputConfig, OutputError};
+use crate::failure::producer::ReplaceableProducer;
+use crate::metrics::instruments::{Instruments, kafka_error_name_of};
+
+tokio::task_local! {
+    /// The output context of the handler call being polled.
+    static CALL: Arc<Call>;
+}
+
+/// The output context of the handler call being polled, if any.
+pub(super) fn current() -> Option<Arc<Call>> {
+    CALL.try_with(Arc::clone).ok()
+}
+
+/// How long a send waits before it tries again while librdkafka's queue
+/// is full (`queue.buffering.max.messages`/`.kbytes`).
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The library's one producer for handler outputs, replaced by a new one
+/// after librdkafka raised a fatal error on it.
+pub(crate) struct OutputProducer {
+    producer: ReplaceableProducer,
+    instruments: Instruments,
+}
+
+impl OutputProducer {
+    /// The producer's configuration: the consumer's connection and security
+    /// properties, `message.timeout.ms` 30 s and `linger.ms` 0 unless set, the user's
+    /// properties (checked by [`OutputConfig::check`]), then `acks=all` and
+    /// idempotence over any alias.
+    pub(crate) fn producer_config(
+        consumer_properties: &[(String, String)],
+        config: &OutputConfig,
+    ) -> ClientConfig {
+        let mut cc = ClientConfig::new();
+        for (k, v) in consumer_properties
+            .iter()
+            .filter(|(k, _)| crate::failure::inherited_by_producers(k))
+        {
+            cc.set(k, v);
+        }
+        cc.set("message.timeout.ms", "30000");
+        // The attempt waits for its outputs' acknowledgements, so the
+        // partition's next record waits too: librdkafka's default linger
+        // of 5 ms added to every record (benches/outputs.rs: about 700
+        // records/s over 4 partitions, against 7,000-60,000 without it).
+        // What is queued while a request is in flight still goes in one
+        // batch.
+        cc.set("linger.ms", "0");
+        for (k, v) in &config.producer_properties {
+            cc.set(k, v);
+        }
+        cc.set("acks", "all");
+        cc.set("enable.idempotence", "true");
+        cc
+    }
+
+    pub(crate) fn new(config: ClientConfig, instruments: Instruments) -> Result<Self, KafkaError> {
+        Ok(OutputProducer {
+            producer: ReplaceableProducer::new(config, "output")?,
+            instruments,
+        })
+    }
+
+    /// Counts one output in `messaging.client.sent.messages`.
+    fn sent(&self, topic: &str, error: Option<&KafkaError>) {
+        self.instruments
+            .output_sent(topic, error.map(kafka_error_name_of));
+    }
+}
+
+/// One handler call's outputs: what they carry (origin time, trace
+/// context) and the ones queued and not yet acknowledged.
+pub(crate) struct Call {
+    producer: Arc<OutputProducer>,
+    /// The producer handle this call's outputs are queued on (replaced
+    /// after its outputs' answers when it turned out fatal). `None` only
+    /// while the call is dropped.
+    sender: Option<FutureProducer>,
+    origin_ms: Option<i64>,
+    trace: Vec<(String, String)>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// `false` once the call ended: sends fail with
+    /// [`OutputError::CallEnded`].
+    open: bool,
+    pending: Vec<(String, DeliveryFuture)>,
+}
+
+impl Call {
+    /// A call whose outputs carry `origin_ms` and the `trace` headers
+    /// (the propagator's fields of the process span; empty without
+    /// tracing).
+    pub(crate) fn new(
+        producer: &Arc<OutputProducer>,
+        origin_ms: Option<i64>,
+        trace: Vec<(String, String)>,
+    ) -> Arc<Self> {
+        Arc::new(Call {
+            producer: Arc::clone(producer),
+            sender: Some(producer.producer.get()),
+            origin_ms,
+            trace,
+            state: Mutex::new(State {
+                open: true,
+                pending: Vec::new(),
+            }),
+        })
+    }
+
+    /// `fut` with this call as the handle [`super::outputs`] returns.
+    pub(crate) fn scope<F: Future>(self: &Arc<Self>, fut: F) -> impl Future<Output = F::Output> {
+        CALL.scope(Arc::clone(self), fut)
+    }
+
+    fn sender(&self) -> &FutureProducer {
+        self.sender.as_ref().expect("set until the call is dropped")
+    }
+
+    pub(super) fn origin_ms(&self) -> Option<i64> {
+        self.origin_ms
+    }
+
+    pub(super) async fn send(&self, output: Output) -> Result<(), OutputError> {
+        if output.topic.trim().is_empty() {
+            return Err(OutputError::EmptyTopic);
+        }
+        let has = |name: &str| output.headers.iter().any(|(k, _)| k == name);
+        let mut headers =
+            OwnedHeaders::new_with_capacity(output.headers.len() + 1 + self.trace.len());
+        for (key, value) in &output.headers {
+            headers = headers.insert(KafkaHeader {
+                key,
+                value: value.as_deref(),
+            });
+        }
+        let origin = self.origin_ms.map(|ms| ms.to_string());
+        if let Some(origin) = &origin
+            && !has(ORIGIN_TIME_HEADER)
+        {
+            headers = headers.insert(KafkaHeader {
+                key: ORIGIN_TIME_HEADER,
+                value: Some(origin.as_bytes()),
+            });
+        }
+        for (key, value) in &self.trace {
+            if !has(key) {
+                headers = headers.insert(KafkaHeader {
+                    key,
+                    value: Some(value.as_bytes()),
+                });
+            }
+        }
+        let mut record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(&output.topic).headers(headers);
+        if let Some(k) = &output.key {
+            record = record.key(k);
+        }
+        if let Some(p) = &output.payload {
+            record = record.payload(p);
+        }
+        if let Some(p) = output.partition {
+            record = record.partition(p);
+        }
+        if let Some(ts) = output.timestamp_ms {
+            record = record.timestamp(ts);
+        }
+        loop {
+            // Checked and queued under one lock: an output queued before
+            // the call ended is one the end waits for.
+            record = {
+                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                if !state.open {
+                    return Err(OutputError::CallEnded);
+                }
+                match self.sender().send_result(record) {
+                    Ok(delivery) => {
+                        state.pending.push((output.topic.clone(), delivery));
+                        return Ok(());
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
+                    Err((error, _)) => {
+                        self.producer.sent(&output.topic, Some(&error));
+                        self.producer
+                            .producer
+                            .replace_if_fatal(self.sender().clone());
+                        return Err(OutputError::Queue {
+                            topic: output.topic.clone(),
+                            error,
+                        });
+                    }
+                }
+            };
+            tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
+        }
+    }
+
+    /// Ends the call and takes its outputs not yet settled.
+    fn close(&self) -> Vec<(String, DeliveryFuture)> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.open = false;
+        std::mem::take(&mut state.pending)
+    }
+
+    /// Ends the call and waits for the broker's answer on each of its
+    /// outputs (each counted in `messaging.client.sent.messages`): the
+    /// first failure, if any.
+    pub(crate) async fn acked(&self) -> Result<(), OutputError> {
+        let mut first = None;
+        for (topic, delivery) in self.close() {
+            let result = settle(delivery).await;
+            self.producer.sent(&topic, result.as_ref().err());
+            if let Err(error) = result
+                && first.is_none()
+            {
+                first = Some(OutputError::Delivery { topic, error });
+            }
+        }
+        if first.is_some() {
+            self.producer
+                .producer
+                .replace_if_fatal(self.sender().clone());
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Ends the call without waiting (its attempt failed): the outputs
+    /// still in flight are counted when they settle, in a task of their
+    /// own. Nothing happens when [`Self::acked`] ended it already.
+    pub(crate) fn abandon(&self) {
+        let pending = self.close();
+        if pending.is_empty() {
+            return;
+        }
+        let (producer, sender) = (Arc::clone(&self.producer), self.sender().clone());
+        tokio::spawn(async move {
+            let mut failed = false;
+            for (topic, delivery) in pending {
+                let result = settle(delivery).await;
+                producer.sent(&topic, result.as_ref().err());
+                failed |= result.is_err();
+            }
+            if failed {
+                producer.producer.replace_if_fatal(sender);
+            }
+        });
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        // After a fatal error replaced the producer, this may be the last
+        // handle of the old one: dropping it purges, flushes (up to
+        // 500 ms) and joins its threads, so not on an async worker thread.
+        if let Some(sender) = self.sender.take()
+            && !self.producer.producer.is_current(&sender)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn_blocking(move || drop(sender)));
+        }
+    }
+}
+
+async fn settle(delivery: DeliveryFuture) -> Result<(), KafkaError> {
+    match delivery.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(e),
+        // The producer dropped the delivery report: never acknowledged.
+        Err(_) => Err(KafkaError::Canceled),
+    }
+}
