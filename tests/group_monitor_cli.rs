@@ -207,6 +207,38 @@ async fn an_unknown_group_exits_4() {
     );
 }
 
+/// `--demo` (the first thing a newcomer runs) ends cleanly: exit 0, no
+/// `error:`, the unknown group shown as a labelled part of the demo, and the
+/// partition whose record at the committed offset has no timestamp reads
+/// `time_lag_unknown` with an unknown time lag, never `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
+    logs::init();
+    let r = run(&["--demo"]).await;
+    assert_eq!(r.code, 0, "{r:#?}");
+    assert!(!r.stderr.contains("error:"), "{r:#?}");
+    assert!(
+        r.stdout
+            .contains("demo, the unknown group: group \"demo-unknown\""),
+        "{r:#?}"
+    );
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo-orders-2 "))
+        .unwrap_or_else(|| panic!("no row for demo-orders-2: {r:#?}"));
+    assert!(row.ends_with("time_lag_unknown"), "{row}");
+    assert!(row.contains(" missing "), "{row}");
+
+    let r = run(&["--demo", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:#?}");
+    let json = r.json();
+    let p2 = &json["groups"][0]["partitions"][2];
+    assert_eq!(p2["status"], "time_lag_unknown", "{p2}");
+    assert!(p2["time_lag_s"].is_null(), "{p2}");
+    assert_eq!(p2["offset_lag"], 15, "{p2}");
+}
+
 /// A topic that does not exist: exit 3, the error names it, no report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_topic_exits_3() {

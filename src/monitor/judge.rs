@@ -236,6 +236,9 @@ impl GroupTracker {
                     LagStatus::Stalled
                 }
                 _ if time_lag.is_some_and(|t| t >= rules.lag_threshold) => LagStatus::Lagging,
+                // Records wait and their age is not known (no usable
+                // timestamp, or not read in time): never `ok`.
+                (_, Some(l)) if l > 0 && time_lag.is_none() => LagStatus::TimeLagUnknown,
                 _ => LagStatus::Ok,
             };
             judged.push(Judged {
@@ -300,25 +303,33 @@ impl GroupTracker {
 
         let mut named = Vec::new();
         let mut scaling = Scaling::NotNeeded;
+        // Frozen for `after`: no committed offset of the group moved for
+        // that long, and every partition with records waiting has had them
+        // waiting that long.
+        let frozen_for = |after: Duration| {
+            with_offsets
+                .iter()
+                .all(|j| j.row.commit_unchanged_for.is_some_and(|d| d >= after))
+                && lagging
+                    .iter()
+                    .all(|j| j.row.waiting_for.is_some_and(|d| d >= after))
+        };
         let diagnosis = if with_offsets.is_empty() {
             Diagnosis::NoOffsets
         } else if total_lag == 0 {
             Diagnosis::Idle
-        } else if span >= rules.window
-            && with_offsets.iter().all(|j| {
-                j.row
-                    .commit_unchanged_for
-                    .is_some_and(|d| d >= rules.window)
-            })
-            && lagging
-                .iter()
-                .all(|j| j.row.waiting_for.is_some_and(|d| d >= rules.window))
+        } else if (span >= rules.window && frozen_for(rules.window))
+            || frozen_for(rules.stall_after)
         {
+            // Every partition with records waiting is frozen and none of
+            // the others advances: nothing of the group works, which is a
+            // dead (or hung) group, not a poison record (`stuck` needs
+            // partitions that advance beside the frozen ones).
             named = lagging.iter().map(|j| name(j)).collect();
             scaling = Scaling::Withheld {
                 reason: format!(
                     "no partition's committed offset moved for {:.0?} while records wait: the consumers are down or hung; more replicas of them do not help",
-                    rules.window
+                    rules.stall_after.min(rules.window)
                 ),
             };
             Diagnosis::Dead

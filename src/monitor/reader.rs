@@ -25,6 +25,28 @@ use crate::record::RecordTimestamp;
 /// commits): `fresh-consumer-monitor-probe`.
 pub const PROBE_GROUP_ID: &str = "fresh-consumer-monitor-probe";
 
+/// The probe's own client properties (beside its group id and isolation
+/// level), set after the user's.
+pub(crate) const PROBE_PROPERTIES: &[(&str, &str)] = &[
+    ("auto.offset.reset", "earliest"),
+    // One bounded read: a small fetch, nothing queued ahead.
+    ("max.partition.fetch.bytes", "65536"),
+    ("fetch.max.bytes", "1048576"),
+    ("queued.min.messages", "1"),
+    ("queued.max.messages.kbytes", "1024"),
+    ("fetch.wait.max.ms", "50"),
+    // With `queued.min.messages=1` one record fills the fetch queue, and
+    // librdkafka then postpones the partition's next fetch by this backoff
+    // (1,000 ms by default, its CONFIGURATION.md warns of ~1 s delays for
+    // the pair): a cycle that assigned a partition whose fetch was backed
+    // off waited ~1 s for its record, read the time lag that much high and
+    // overran its interval. 10 ms keeps a cycle's cost and schedule off
+    // librdkafka's backoff.
+    ("fetch.queue.backoff.ms", "10"),
+    // Reaching the end without a record: nothing readable.
+    ("enable.partition.eof", "true"),
+];
+
 /// What the reader needs from the builder.
 #[derive(Clone, Debug)]
 pub(crate) struct ReaderSettings {
@@ -151,22 +173,10 @@ impl Reader {
         };
         let uncommitted = client(&settings, &[("isolation.level", "read_uncommitted")])?;
         let committed_view = client(&settings, &[("isolation.level", "read_committed")])?;
-        let probe = client(
-            &settings,
-            &[
-                ("group.id", PROBE_GROUP_ID),
-                ("isolation.level", isolation),
-                ("auto.offset.reset", "earliest"),
-                // One bounded read: a small fetch, nothing queued ahead.
-                ("max.partition.fetch.bytes", "65536"),
-                ("fetch.max.bytes", "1048576"),
-                ("queued.min.messages", "1"),
-                ("queued.max.messages.kbytes", "1024"),
-                ("fetch.wait.max.ms", "50"),
-                // Reaching the end without a record: nothing readable.
-                ("enable.partition.eof", "true"),
-            ],
-        )?;
+        let mut probe_properties =
+            vec![("group.id", PROBE_GROUP_ID), ("isolation.level", isolation)];
+        probe_properties.extend_from_slice(PROBE_PROPERTIES);
+        let probe = client(&settings, &probe_properties)?;
         let groups = settings
             .groups
             .iter()
@@ -470,4 +480,40 @@ pub(crate) fn reserved(property: &str) -> Option<ConfigError> {
             "`{property}` is set by the monitor itself (use the builder's method for it, if any)"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PROBE_PROPERTIES;
+
+    fn value(key: &str) -> Option<&'static str> {
+        PROBE_PROPERTIES
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// `queued.min.messages=1` fills the probe's fetch queue with one record;
+    /// librdkafka's default `fetch.queue.backoff.ms` (1,000 ms) would then
+    /// postpone the next fetch by a second. The backoff must stay within the
+    /// probe's own fetch wait, so a cycle never waits on it.
+    #[test]
+    fn the_probe_never_waits_on_librdkafkas_fetch_queue_backoff() {
+        assert_eq!(value("queued.min.messages"), Some("1"));
+        let backoff: u64 = value("fetch.queue.backoff.ms")
+            .expect("fetch.queue.backoff.ms is set")
+            .parse()
+            .unwrap();
+        let wait: u64 = value("fetch.wait.max.ms").unwrap().parse().unwrap();
+        assert!(
+            backoff <= wait,
+            "backoff {backoff} ms > fetch wait {wait} ms"
+        );
+        let mut cc = rdkafka::ClientConfig::new();
+        for (k, v) in PROBE_PROPERTIES {
+            cc.set(*k, *v);
+        }
+        cc.create_native_config()
+            .expect("librdkafka knows every probe property");
+    }
 }
