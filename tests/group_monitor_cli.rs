@@ -11,7 +11,9 @@
 //! | a named group without committed offsets (unknown group) | 4 | the report, and the error on stderr |
 //! | an unknown topic | 3 | the error on stderr |
 //! | no broker answers (bounded by `--request-timeout`) | 2 | the error on stderr |
-//! | malformed configuration or arguments | 1 | the error and the exit codes on stderr |
+//! | `--include` on a real cluster / on the mock broker (no ListGroups) | 0 / 5 | the discovered groups / the error |
+//! | a pattern that matches no group with committed offsets | 4 | the error on stderr |
+//! | malformed configuration or arguments, an invalid pattern | 1 | the error and the exit codes on stderr |
 //! | `--help` | 0 | every flag with its default, and the exit codes |
 //!
 //! (5, a cycle that fails after the monitor connected, needs a broker to go
@@ -258,6 +260,57 @@ async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
     assert_eq!(p2["offset_lag"], 15, "{p2}");
 }
 
+/// `--include`: on a real cluster, the groups under the pattern with
+/// committed offsets are reported (exit 0), a pattern that matches nothing
+/// exits 4 with the reason; on the mock broker, which has no ListGroups,
+/// the cycle fails: exit 5, the error names the operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_groups_are_reported() {
+    logs::init();
+    let Some(bin) = binary_or_skip() else { return };
+    let (cluster, topic, group) = setup("cli-disc").await;
+    let pattern = format!("^{group}$");
+    let args = [
+        "--bootstrap",
+        cluster.bootstrap(),
+        "--topic",
+        &topic,
+        "--include",
+        &pattern,
+        "--samples",
+        "1",
+        "--json",
+    ];
+    let r = run_at(&bin, &args).await;
+    if !cluster.is_real() {
+        assert_eq!(r.code, 5, "{r:#?}");
+        assert!(r.stderr.contains("kafka list groups failed"), "{r:#?}");
+        return;
+    }
+    assert_eq!(r.code, 0, "{r:#?}");
+    let v = r.json();
+    let groups = v["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 1, "{v}");
+    assert_eq!(groups[0]["group"], group.as_str());
+
+    let r = run_at(
+        &bin,
+        &[
+            "--bootstrap",
+            cluster.bootstrap(),
+            "--topic",
+            &topic,
+            "--include",
+            "^no-group-has-this-name$",
+            "--samples",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 4, "{r:#?}");
+    assert!(r.stderr.contains("error: no listed group"), "{r:#?}");
+}
+
 /// A topic that does not exist: exit 3, the error names it, no report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_topic_exits_3() {
@@ -333,6 +386,8 @@ async fn malformed_configuration_exits_1() {
         (&["--skew-share", "1.5"], "skew_share"),
         (&["--frobnicate"], "--frobnicate"),
         (&["--json", "--serve"], "--serve"),
+        (&["--include", "("], "regex parse error"),
+        (&["--max-groups", "0"], "--max-groups"),
     ];
     for (extra, message) in cases {
         let mut args = common.to_vec();
@@ -382,6 +437,11 @@ async fn help_lists_every_flag_with_its_default() {
         ("--read-uncommitted", "Default: to the last stable"),
         ("--request-timeout", "[default: 10]"),
         ("--read-timeout", "[default: 5]"),
+        ("--discover", "Default: off"),
+        ("--include", "Default: every group"),
+        ("--exclude", "Default: none excluded"),
+        ("--max-groups", "[default: 100]"),
+        ("--max-partitions", "[default: 10000]"),
         ("--demo", "embedded broker"),
     ] {
         let at = help

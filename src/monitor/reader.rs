@@ -18,6 +18,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use crate::config::redact_config_error;
 use crate::error::ConfigError;
 use crate::monitor::MonitorError;
+use crate::monitor::discover::{Discovery, candidates};
 use crate::monitor::judge::{HeadRead, Observation};
 use crate::record::RecordTimestamp;
 
@@ -57,6 +58,9 @@ pub(crate) struct ReaderSettings {
     pub(crate) read_committed: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) read_timeout: Duration,
+    pub(crate) discovery: Option<Discovery>,
+    pub(crate) max_groups: usize,
+    pub(crate) max_partitions: usize,
 }
 
 pub(crate) struct Reader {
@@ -65,8 +69,11 @@ pub(crate) struct Reader {
     uncommitted: BaseConsumer,
     /// The last stable offset (`read_committed`).
     committed_view: BaseConsumer,
-    /// One offset reader per watched group.
+    /// One offset reader per named group.
     groups: Vec<(String, BaseConsumer)>,
+    /// One offset reader per discovery candidate (listed, accepted by the
+    /// filter), kept while the brokers list the group.
+    discovered: BTreeMap<String, BaseConsumer>,
     /// `false` once the brokers refused ListGroups/DescribeGroups for good:
     /// they do not support it (librdkafka's mock broker) or the client may
     /// not use it; the member count is then not asked for again.
@@ -187,6 +194,7 @@ impl Reader {
             uncommitted,
             committed_view,
             groups,
+            discovered: BTreeMap::new(),
             describe_groups: true,
             probe,
             timestamps: HashMap::new(),
@@ -195,16 +203,60 @@ impl Reader {
 
     /// Checks that a broker answers and every topic exists.
     pub(crate) fn check(&self) -> Result<(), MonitorError> {
+        let mut count = 0;
         for topic in &self.settings.topics {
-            self.partitions(topic).map_err(|e| match e {
-                MonitorError::Kafka { source, .. } => MonitorError::Unreachable {
-                    bootstrap: self.settings.bootstrap.clone(),
-                    source,
-                },
-                other => other,
-            })?;
+            count += self
+                .partitions(topic)
+                .map_err(|e| match e {
+                    MonitorError::Kafka { source, .. } => MonitorError::Unreachable {
+                        bootstrap: self.settings.bootstrap.clone(),
+                        source,
+                    },
+                    other => other,
+                })?
+                .len();
+        }
+        self.partitions_within_cap(count)
+    }
+
+    fn partitions_within_cap(&self, count: usize) -> Result<(), MonitorError> {
+        if count > self.settings.max_partitions {
+            return Err(MonitorError::TooMany {
+                what: "partitions",
+                count,
+                max: self.settings.max_partitions,
+            });
         }
         Ok(())
+    }
+
+    /// Discovery: lists the cluster's groups, keeps an offset reader for
+    /// every candidate (dropping those of groups no longer listed), and
+    /// returns the listing for the member counts.
+    fn discover(&mut self) -> Result<Option<rdkafka::groups::GroupList>, MonitorError> {
+        let Some(discovery) = &self.settings.discovery else {
+            return Ok(None);
+        };
+        let list = self
+            .uncommitted
+            .fetch_group_list(None, self.settings.request_timeout)
+            .map_err(kafka("list groups"))?;
+        let names: Vec<String> = self.groups.iter().map(|(g, _)| g.clone()).collect();
+        let found = candidates(
+            list.groups().iter().map(|g| g.name()),
+            &names,
+            discovery,
+            self.settings.max_groups,
+        )?;
+        self.discovered
+            .retain(|g, _| found.binary_search(g).is_ok());
+        for g in found {
+            if !self.discovered.contains_key(&g) {
+                let reader = client(&self.settings, &[("group.id", &g)])?;
+                self.discovered.insert(g, reader);
+            }
+        }
+        Ok(Some(list))
     }
 
     fn partitions(&self, topic: &str) -> Result<Vec<i32>, MonitorError> {
@@ -262,12 +314,16 @@ impl Reader {
                 marks.push((topic.clone(), p, start, high, stable));
             }
         }
+        self.partitions_within_cap(marks.len())?;
+        let listing = self.discover()?;
         let mut tpl = TopicPartitionList::new();
         for (topic, p, ..) in &marks {
             tpl.add_partition(topic, *p);
         }
-        let mut groups = Vec::with_capacity(self.groups.len());
-        for (group, reader) in &self.groups {
+        let mut groups = Vec::with_capacity(self.groups.len() + self.discovered.len());
+        let named = self.groups.iter().map(|(g, r)| (g, r, true));
+        let discovered = self.discovered.iter().map(|(g, r)| (g, r, false));
+        for (group, reader, is_named) in named.chain(discovered) {
             let got = reader
                 .committed_offsets(tpl.clone(), timeout)
                 .map_err(kafka("offset fetch"))?;
@@ -287,7 +343,14 @@ impl Reader {
                     )
                 })
                 .collect();
-            let members = if self.describe_groups {
+            // A discovered group is watched while it has a committed offset
+            // on a watched partition.
+            if !is_named && observations.iter().all(|o| o.committed.is_none()) {
+                continue;
+            }
+            let members = if let Some(list) = &listing {
+                members(list, group)
+            } else if self.describe_groups {
                 match reader.fetch_group_list(Some(group), timeout) {
                     Ok(list) => members(&list, group),
                     // Refused for good: not asked again.

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use crate::summary::TopicPartition;
 
 /// The report of one cycle of a [`Monitor`](crate::monitor::Monitor): one
-/// [`GroupReport`] per watched group, in the order the groups were given.
+/// [`GroupReport`] per watched group, the named groups first in the order
+/// they were given, then the discovered ones by name.
 #[derive(Clone, Debug)]
 pub struct MonitorReport {
     /// Wall-clock time at which the cycle's reads finished (the "now" of

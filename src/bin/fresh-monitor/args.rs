@@ -27,10 +27,38 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT", required_unless_present = "demo")]
     pub bootstrap: Option<String>,
 
-    /// A consumer group to watch; repeat for more. Every group is watched on
-    /// every topic. Required unless --demo.
-    #[arg(long = "group", value_name = "GROUP", required_unless_present = "demo")]
+    /// A consumer group to watch, committed offsets or not; repeat for more.
+    /// Every group is watched on every topic. Required unless --demo or
+    /// discovery (--discover, --include, --exclude).
+    #[arg(long = "group", value_name = "GROUP", required_unless_present_any = ["demo", "discover", "include", "exclude"])]
     pub groups: Vec<String>,
+
+    /// Also watch every group the brokers list that has a committed offset
+    /// on a watched topic, listed again every cycle (needs ListGroups and
+    /// the DESCRIBE ACL on the groups). Default: off (only --group).
+    #[arg(long)]
+    pub discover: bool,
+
+    /// Discover only groups whose name this regular expression matches
+    /// (unanchored: use ^...$ for the whole name). Implies --discover.
+    /// Default: every group.
+    #[arg(long, value_name = "REGEX", value_parser = pattern)]
+    pub include: Option<regex::Regex>,
+
+    /// Do not discover groups whose name this regular expression matches.
+    /// Implies --discover. Default: none excluded.
+    #[arg(long, value_name = "REGEX", value_parser = pattern)]
+    pub exclude: Option<regex::Regex>,
+
+    /// The most groups one process watches (named plus discovered); above
+    /// it a cycle fails with an error naming the count.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_groups: u64,
+
+    /// The most partitions (of all watched topics) one process watches;
+    /// above it the monitor does not start, or a cycle fails.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_partitions: u64,
 
     /// A topic to watch (exact name); repeat for more. Required unless
     /// --demo.
@@ -110,8 +138,15 @@ pub struct Args {
     pub read_timeout: f64,
 
     /// Self-contained demo on an embedded broker (no Kafka needed).
-    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve"])]
+    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve", "discover", "include", "exclude"])]
     pub demo: bool,
+}
+
+impl Args {
+    /// Whether groups are discovered.
+    pub fn discovers(&self) -> bool {
+        self.discover || self.include.is_some() || self.exclude.is_some()
+    }
 }
 
 /// `key=value`.
@@ -119,6 +154,11 @@ fn key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+/// A regular expression.
+fn pattern(s: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(s).map_err(|e| e.to_string())
 }
 
 /// Seconds, finite and above zero.

@@ -59,10 +59,11 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(run(args)))
 }
 
-/// The exit code of a monitor error (see [`args::EXIT_CODES`]).
+/// The exit code of a monitor error (see [`args::EXIT_CODES`]); above a cap
+/// is a configuration error (narrow the patterns or raise the cap).
 fn exit_code(e: &MonitorError) -> u8 {
     match e {
-        MonitorError::Config(_) => 1,
+        MonitorError::Config(_) | MonitorError::TooMany { .. } => 1,
         MonitorError::Unreachable { .. } => 2,
         MonitorError::UnknownTopic { .. } => 3,
         _ => 5,
@@ -90,7 +91,16 @@ fn builder(args: &Args) -> GroupMonitor {
     if let Some(n) = args.replicas {
         monitor = monitor.current_replicas(n);
     }
+    if args.discovers() {
+        let (include, exclude) = (args.include.clone(), args.exclude.clone());
+        monitor = monitor.discover_groups(move |g| {
+            include.as_ref().is_none_or(|r| r.is_match(g))
+                && !exclude.as_ref().is_some_and(|r| r.is_match(g))
+        });
+    }
     monitor
+        .max_groups(usize::try_from(args.max_groups).unwrap_or(usize::MAX))
+        .max_partitions(usize::try_from(args.max_partitions).unwrap_or(usize::MAX))
 }
 
 async fn run(mut args: Args) -> u8 {
@@ -171,6 +181,12 @@ async fn report(args: &Args) -> u8 {
             "error: group {g:?} has no committed offset on the watched topics (unknown group, or it never committed)"
         );
     }
+    if report.groups.is_empty() {
+        eprintln!(
+            "error: no listed group that the patterns accept has a committed offset on the watched topics"
+        );
+        return 4;
+    }
     if unknown.is_empty() { 0 } else { 4 }
 }
 
@@ -202,6 +218,7 @@ async fn serve(args: &Args) -> u8 {
     // interval later, not at once.
     let mut tick = tokio::time::interval(secs(args.interval));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut watched: Vec<String> = Vec::new();
     loop {
         tokio::select! {
             () = process::shutdown_signal() => break,
@@ -209,6 +226,11 @@ async fn serve(args: &Args) -> u8 {
         }
         match monitor.cycle().await {
             Ok(r) => {
+                let now: Vec<String> = r.groups.iter().map(|g| g.group.clone()).collect();
+                if now != watched {
+                    println!("{}", output::watching(&watched, &now));
+                    watched = now;
+                }
                 for g in &r.groups {
                     println!("{}", output::summary_line(g));
                 }

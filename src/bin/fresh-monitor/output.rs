@@ -5,6 +5,31 @@ use std::time::Duration;
 
 use fresh_consumer::monitor::{GroupReport, HeadTimestamp, LagStatus, MonitorReport, Scaling};
 
+/// The line `--serve` prints when the watched groups change: how many, and
+/// which appeared (`+`) and disappeared (`-`).
+pub fn watching(before: &[String], now: &[String]) -> String {
+    let added: Vec<String> = now
+        .iter()
+        .filter(|g| !before.contains(g))
+        .map(|g| format!("+{g}"))
+        .collect();
+    let dropped: Vec<String> = before
+        .iter()
+        .filter(|g| !now.contains(g))
+        .map(|g| format!("-{g}"))
+        .collect();
+    format!(
+        "watching {} group(s): {}",
+        now.len(),
+        added
+            .iter()
+            .chain(&dropped)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
 fn dur(d: Option<Duration>) -> String {
     let Some(d) = d else { return "-".into() };
     let s = d.as_secs_f64();
