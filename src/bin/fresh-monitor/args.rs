@@ -76,10 +76,18 @@ pub struct Args {
     #[arg(long, conflicts_with = "serve")]
     pub json: bool,
 
-    /// Run as a service until Ctrl-C or SIGTERM, exporting over OTLP.
-    /// Default: print one report and exit.
+    /// Run as a service until Ctrl-C or SIGTERM, exporting over OTLP
+    /// (configured by the OTEL_* variables). Default: print one report and
+    /// exit.
     #[arg(long)]
     pub serve: bool,
+
+    /// Run as a service until Ctrl-C or SIGTERM, serving the gauges for
+    /// Prometheus to scrape at http://ADDR/metrics (ADDR such as
+    /// 0.0.0.0:9464), under the names the rules in deploy/prometheus use;
+    /// with --serve, OTLP as well. Default: no scrape endpoint.
+    #[arg(long, value_name = "ADDR", conflicts_with = "json")]
+    pub prometheus: Option<std::net::SocketAddr>,
 
     /// Seconds between the starts of two cycles.
     #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = seconds)]
@@ -138,11 +146,17 @@ pub struct Args {
     pub read_timeout: f64,
 
     /// Self-contained demo on an embedded broker (no Kafka needed).
-    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve", "discover", "include", "exclude"])]
+    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve", "prometheus", "discover", "include", "exclude"])]
     pub demo: bool,
 }
 
 impl Args {
+    /// Whether the tool runs as a service (OTLP, a scrape endpoint, or
+    /// both).
+    pub fn service(&self) -> bool {
+        self.serve || self.prometheus.is_some()
+    }
+
     /// Whether groups are discovered.
     pub fn discovers(&self) -> bool {
         self.discover || self.include.is_some() || self.exclude.is_some()

@@ -18,6 +18,7 @@
 mod args;
 mod demo;
 mod output;
+mod prometheus;
 
 // Process plumbing (error chains, the stop signal), shared with the
 // examples.
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use fresh_consumer::monitor::{Diagnosis, GroupMonitor, MonitorError};
 use opentelemetry::metrics::MeterProvider;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use crate::args::{Args, secs};
 
@@ -71,7 +73,7 @@ fn exit_code(e: &MonitorError) -> u8 {
 }
 
 /// The monitor the arguments describe.
-fn builder(args: &Args) -> GroupMonitor {
+fn builder_of(args: &Args) -> GroupMonitor {
     let mut monitor = GroupMonitor::new()
         .bootstrap_servers(args.bootstrap.clone().unwrap_or_default())
         .groups(args.groups.clone())
@@ -126,7 +128,7 @@ async fn run(mut args: Args) -> u8 {
     } else {
         None
     };
-    if args.serve {
+    if args.service() {
         serve(&args).await
     } else {
         report(&args).await
@@ -135,7 +137,7 @@ async fn run(mut args: Args) -> u8 {
 
 /// Runs `--samples` cycles and prints the last report.
 async fn report(args: &Args) -> u8 {
-    let mut monitor = match builder(args).connect().await {
+    let mut monitor = match builder_of(args).connect().await {
         Ok(m) => m,
         Err(e) => {
             eprintln!("error: {}", process::chain(&e));
@@ -190,23 +192,45 @@ async fn report(args: &Args) -> u8 {
     if unknown.is_empty() { 0 } else { 4 }
 }
 
-/// Runs until Ctrl-C or SIGTERM, exporting over OTLP and printing one line
-/// per group and cycle.
+/// Runs until Ctrl-C or SIGTERM, exporting over OTLP (`--serve`) and/or
+/// serving a scrape endpoint (`--prometheus`), printing one line per group
+/// and cycle.
 async fn serve(args: &Args) -> u8 {
-    let provider = match fresh_consumer::otlp::OtlpConfig::from_env() {
-        Ok(c) => match c.build() {
-            Ok(p) => p,
+    let mut builder = if args.serve {
+        let built = fresh_consumer::otlp::OtlpConfig::from_env()
+            .map_err(|e| format!("OTLP configuration: {}", process::chain(&e)))
+            .and_then(|c| {
+                c.meter_provider_builder()
+                    .map_err(|e| format!("OTLP exporter: {}", process::chain(&e)))
+            });
+        match built {
+            Ok(b) => b,
             Err(e) => {
-                eprintln!("error: OTLP exporter: {}", process::chain(&e));
+                eprintln!("error: {e}");
+                return 1;
+            }
+        }
+    } else {
+        SdkMeterProvider::builder()
+    };
+    // The scrape endpoint: bound before the monitor connects, so a port in
+    // use fails at once.
+    let scrape = match args.prometheus {
+        Some(addr) => match prometheus::bind(addr).await {
+            Ok(listener) => {
+                let reader = prometheus::SharedReader::new();
+                builder = builder.with_reader(reader.clone());
+                Some((listener, prometheus::registry(reader)))
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
                 return 1;
             }
         },
-        Err(e) => {
-            eprintln!("error: OTLP configuration: {}", process::chain(&e));
-            return 1;
-        }
+        None => None,
     };
-    let monitor = builder(args).meter(provider.meter("fresh-consumer"));
+    let provider = builder.build();
+    let monitor = builder_of(args).meter(provider.meter("fresh-consumer"));
     let mut monitor = match monitor.connect().await {
         Ok(m) => m,
         Err(e) => {
@@ -214,14 +238,27 @@ async fn serve(args: &Args) -> u8 {
             return exit_code(&e);
         }
     };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = scrape.map(|(listener, registry)| {
+        if let Ok(addr) = listener.local_addr() {
+            println!("serving http://{addr}/metrics");
+        }
+        tokio::spawn(prometheus::serve(
+            listener,
+            registry,
+            stop.clone().cancelled_owned(),
+        ))
+    });
     // A cycle that overran its interval is followed by the next one an
     // interval later, not at once.
     let mut tick = tokio::time::interval(secs(args.interval));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut watched: Vec<String> = Vec::new();
+    let signal = process::shutdown_signal();
+    tokio::pin!(signal);
     loop {
         tokio::select! {
-            () = process::shutdown_signal() => break,
+            () = &mut signal => break,
             _ = tick.tick() => {}
         }
         match monitor.cycle().await {
@@ -237,6 +274,10 @@ async fn serve(args: &Args) -> u8 {
             }
             Err(e) => eprintln!("cycle failed: {}", process::chain(&e)),
         }
+    }
+    stop.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
     }
     let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
     0
