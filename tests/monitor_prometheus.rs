@@ -225,6 +225,7 @@ async fn the_scrape_endpoint_serves_the_rules_names() {
         })
         .unwrap_or_else(|| panic!("no consumer_bound point: {body}"));
     assert!(diagnosis.ends_with(" 1.0"), "{diagnosis}");
+    check_sample(&body, &group, &topic);
     assert!(
         body.contains("fresh_consumer_monitor_cycles_total{"),
         "{body}"
@@ -239,6 +240,46 @@ async fn the_scrape_endpoint_serves_the_rules_names() {
         .expect("exits after SIGTERM")
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// The scraped sample the promtool step runs the shipped rules on
+/// (`deploy/prometheus/tests/monitor-scrape.prom`, turned into
+/// `monitor-scrape.test.yml` by `deploy/prometheus/scrape_test.py`).
+const SAMPLE: &str = "deploy/prometheus/tests/monitor-scrape.prom";
+
+/// (name, label names) of each series of an exposition.
+fn shape(body: &str) -> BTreeSet<(String, Vec<String>)> {
+    samples(body)
+        .into_iter()
+        .map(|(name, labels)| {
+            let mut keys: Vec<String> = labels
+                .split("\",")
+                .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_owned()))
+                .collect();
+            keys.sort();
+            (name, keys)
+        })
+        .collect()
+}
+
+/// The committed sample has the shape of this scrape (the same names with
+/// the same label names): it cannot go stale. With
+/// `FRESH_MONITOR_WRITE_SCRAPE=1` the scrape replaces it instead (group and
+/// topic renamed `billing` and `payments`); then run
+/// `python3 deploy/prometheus/scrape_test.py`.
+fn check_sample(body: &str, group: &str, topic: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(SAMPLE);
+    if std::env::var("FRESH_MONITOR_WRITE_SCRAPE").as_deref() == Ok("1") {
+        let text = body.replace(group, "billing").replace(topic, "payments");
+        std::fs::write(&path, text).expect("write the sample");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).expect("the committed sample");
+    assert_eq!(
+        shape(&committed),
+        shape(body),
+        "{SAMPLE} is stale: rerun this test with FRESH_MONITOR_WRITE_SCRAPE=1, then python3 deploy/prometheus/scrape_test.py"
+    );
 }
 
 /// SIGTERM to `pid` through `kill(1)`.
