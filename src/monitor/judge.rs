@@ -490,4 +490,6 @@ fn suggest(
 }
 
 #[cfg(test)]
+mod comparison;
+#[cfg(test)]
 mod tests;
