@@ -333,7 +333,24 @@ impl GroupTracker {
                 ),
             };
             Diagnosis::Dead
-        } else if lagging.iter().any(|j| j.row.status == LagStatus::Stalled) {
+        } else if let Some(longest) = lagging
+            .iter()
+            .filter(|j| j.row.status == LagStatus::Stalled)
+            .filter_map(|j| j.row.waiting_for)
+            .max()
+            && with_offsets.iter().any(|j| {
+                j.row.status != LagStatus::Stalled
+                    && j.row
+                        .commit_unchanged_for
+                        .is_some_and(|u| u + rules.stall_after < longest)
+            })
+        {
+            // Some partitions frozen while another's commit moved after the
+            // longest-frozen one had been frozen for `stall_after`: the
+            // group works, those partitions do not. (A killed consumer's
+            // partitions stop within a commit interval of each other: none
+            // moves that long after another froze, so the group reads
+            // `dead` once all are frozen, never `stuck` on the way.)
             named = lagging
                 .iter()
                 .filter(|j| j.row.status == LagStatus::Stalled)

@@ -273,9 +273,13 @@ pub enum Diagnosis {
     /// [`Stuck`](Self::Stuck). More replicas do not help.
     Dead,
     /// Some partitions' committed offsets are frozen while their log end
-    /// moves (status [`LagStatus::Stalled`]) and other partitions of the
-    /// group advance (else the group is [`Dead`](Self::Dead)): a poison
-    /// record, a hung worker, an unassigned partition. Named in [`GroupReport::named`].
+    /// moves (status [`LagStatus::Stalled`]) and another partition of the
+    /// group advances: its committed offset moved after the longest-frozen
+    /// one had been frozen for
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) (else the
+    /// group becomes [`Dead`](Self::Dead): a killed consumer's partitions
+    /// stop within a commit interval of each other). A poison record, a
+    /// hung worker, an unassigned partition. Named in [`GroupReport::named`].
     /// More replicas do not help.
     Stuck,
     /// The group is behind (a time lag at or above the lag threshold) and

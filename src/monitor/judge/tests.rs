@@ -279,6 +279,41 @@ fn records_waiting_with_an_unknown_time_lag_are_never_ok() {
 }
 
 #[test]
+fn partitions_that_stop_a_little_apart_are_dead_never_stuck() {
+    // A killed consumer's last commits land a little apart: partition 0
+    // stops at cycle 0, partition 1 two cycles later (less than
+    // stall_after, 5 s); records keep arriving on both. Partition 0 is
+    // stalled from cycle 5 while partition 1's last move is not "after it
+    // had been frozen for stall_after": never `stuck`; `dead` once both are
+    // frozen.
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    for c in 0..12i64 {
+        let r = g.evaluate(
+            "g",
+            &[
+                obs(0, Some(100), 0, 200 + 10 * c, at(100, NOW_MS)),
+                obs(
+                    1,
+                    Some(100 + c.min(2)),
+                    0,
+                    200 + 10 * c,
+                    at(100 + c.min(2), NOW_MS),
+                ),
+            ],
+            None,
+            &rules(),
+            t0 + Duration::from_secs(c as u64),
+            NOW_MS + c * 1000,
+        );
+        seen.push(r.diagnosis);
+    }
+    assert!(!seen.contains(&Diagnosis::Stuck), "{seen:?}");
+    assert_eq!(seen[11], Diagnosis::Dead, "{seen:?}");
+}
+
+#[test]
 fn one_frozen_partition_beside_advancing_ones_is_stuck_not_dead() {
     // Partition 1 frozen while its log end moves, partition 0 committing
     // every cycle: `stuck` past the window, never `dead`.
