@@ -1,59 +1,71 @@
-//! The group monitor's command-line tool (`examples/group_monitor.rs`) as a
-//! user runs it: a process of its own, its standard output, standard error
-//! and exit code, for each documented outcome:
+//! The group monitor's binary, `fresh-monitor` (`src/bin/fresh-monitor/`,
+//! `cargo install fresh-consumer --features cli`), as a user runs it: a
+//! process of its own, its standard output, standard error and exit code,
+//! for each documented outcome:
 //!
 //! | run | exit code | output |
 //! |---|---|---|
 //! | a report, printed once as a table | 0 | the table on stdout |
 //! | the same with `--json` | 0 | one JSON object on stdout |
-//! | a group without committed offsets (unknown group) | 4 | the report, and the error on stderr |
+//! | `--demo` | 0 | the demo's report, its unknown group in a labelled section |
+//! | a named group without committed offsets (unknown group) | 4 | the report, and the error on stderr |
 //! | an unknown topic | 3 | the error on stderr |
 //! | no broker answers (bounded by `--request-timeout`) | 2 | the error on stderr |
-//! | malformed configuration or arguments | 1 | the error and the usage on stderr |
+//! | `--include` on a real cluster / on the mock broker (no ListGroups) | 0 / 5 | the discovered groups / the error |
+//! | a pattern that matches no group with committed offsets | 4 | the error on stderr |
+//! | malformed configuration or arguments, an invalid pattern | 1 | the error and the exit codes on stderr |
+//! | `--help` | 0 | every flag with its default, and the exit codes |
 //!
 //! (5, a cycle that fails after the monitor connected, needs a broker to go
 //! away between two requests of one run; the library's test
 //! `bad_input_is_a_typed_error_or_a_documented_status` covers the error
 //! itself.)
 //!
-//! The tool runs in a child process of this test binary: `cli_child`, a
-//! no-op unless `FRESH_MONITOR_CLI_ARGS` is set, calls the example's `cli`
-//! with those arguments and exits with its code (the pattern of
-//! `tests/support/child.rs`, with stdout and stderr kept apart). The broker
-//! lives in the test process.
+//! The binary needs the `cli` feature, which `cargo test` does not enable:
+//! these tests run the binary Cargo built beside this test binary
+//! (`cargo build --features cli --bin fresh-monitor` first, as `.ci/run`
+//! does), or the one Cargo names when the tests are built with
+//! `--features cli`. Without it each test says so and passes, except under
+//! `CI=true`, where it fails.
 
 mod support;
 
-#[path = "../examples/group_monitor.rs"]
-#[allow(dead_code)]
-mod example;
-
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
 
-/// The child's arguments, one per line.
-const ARGS: &str = "FRESH_MONITOR_CLI_ARGS";
-
 /// How long one run of the tool may take at most (a deadline, not a
 /// measurement: the slowest run, the unreachable broker, is bounded by its
 /// `--request-timeout 2`).
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// In the child: the tool with the parent's arguments, then exit with its
-/// code. A no-op when the test runs as itself.
-#[test]
-fn cli_child() {
-    let Ok(args) = std::env::var(ARGS) else {
-        return;
-    };
-    let code = example::cli(args.lines().map(str::to_owned));
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    std::process::exit(i32::from(code));
+/// The `fresh-monitor` binary, if it was built.
+fn binary() -> Option<PathBuf> {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_fresh-monitor") {
+        return Some(PathBuf::from(path));
+    }
+    // target/<profile>/deps/<this test> -> target/<profile>/fresh-monitor
+    let exe = std::env::current_exe().ok()?;
+    let path = exe
+        .parent()?
+        .parent()?
+        .join(format!("fresh-monitor{}", std::env::consts::EXE_SUFFIX));
+    path.is_file().then_some(path)
+}
+
+/// The binary, or `None` after saying why the test skips (a failure under
+/// `CI=true`).
+fn binary_or_skip() -> Option<PathBuf> {
+    let found = binary();
+    if found.is_none() {
+        let why = "fresh-monitor is not built: run `cargo build --features cli --bin fresh-monitor` first";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+    }
+    found
 }
 
 /// What a run of the tool left behind.
@@ -65,31 +77,30 @@ struct Run {
 }
 
 impl Run {
-    /// The JSON object the tool printed: one line (the test harness of the
-    /// child prints `test cli_child ... ` before it).
+    /// The JSON object the tool printed (its first line starting with `{`).
     fn json(&self) -> serde_json::Value {
-        let start = self
+        let line = self
             .stdout
-            .find('{')
+            .lines()
+            .find(|l| l.starts_with('{'))
             .unwrap_or_else(|| panic!("no JSON in {self:#?}"));
-        let line = self.stdout[start..].lines().next().unwrap();
         serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
     }
 }
 
-/// Runs the tool with `args` in a child process, within [`DEADLINE`].
-async fn run(args: &[&str]) -> Run {
-    let mut command = tokio::process::Command::new(std::env::current_exe().expect("test binary"));
+/// Runs the tool at `bin` with `args` in a child process, within
+/// [`DEADLINE`].
+async fn run_at(bin: &PathBuf, args: &[&str]) -> Run {
+    let mut command = tokio::process::Command::new(bin);
     command
-        .args(["--exact", "cli_child", "--nocapture", "--test-threads=1"])
-        .env(ARGS, args.join("\n"))
+        .args(args)
         .env("RUST_LOG", "off")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let started = Instant::now();
     let out = tokio::time::timeout(DEADLINE, command.output())
         .await
-        .unwrap_or_else(|_| panic!("group_monitor {args:?} ran longer than {DEADLINE:?}"))
+        .unwrap_or_else(|_| panic!("fresh-monitor {args:?} ran longer than {DEADLINE:?}"))
         .expect("run the tool");
     let run = Run {
         code: out.status.code().expect("exited (not killed by a signal)"),
@@ -97,11 +108,17 @@ async fn run(args: &[&str]) -> Run {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
     println!(
-        "group_monitor {args:?}: exit {} after {:?}",
+        "fresh-monitor {args:?}: exit {} after {:?}",
         run.code,
         started.elapsed()
     );
     run
+}
+
+/// Runs the tool with `args`; `None` when it is not built (skipped).
+async fn run(args: &[&str]) -> Option<Run> {
+    let bin = binary_or_skip()?;
+    Some(run_at(&bin, args).await)
 }
 
 /// A topic of 2 partitions with records, a group that committed 1 of the 3
@@ -143,9 +160,10 @@ fn base<'a>(cluster: &'a TestCluster, group: &'a str, topic: &'a str) -> Vec<&'a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_as_a_table_and_as_json() {
     logs::init();
+    let Some(bin) = binary_or_skip() else { return };
     let (cluster, topic, group) = setup("cli-report").await;
 
-    let table = run(&base(&cluster, &group, &topic)).await;
+    let table = run_at(&bin, &base(&cluster, &group, &topic)).await;
     assert_eq!(table.code, 0, "{table:#?}");
     assert!(
         table.stdout.contains(&format!("group {group}: ")),
@@ -164,7 +182,7 @@ async fn the_report_as_a_table_and_as_json() {
 
     let mut args = base(&cluster, &group, &topic);
     args.push("--json");
-    let json = run(&args).await;
+    let json = run_at(&bin, &args).await;
     assert_eq!(json.code, 0, "{json:#?}");
     let v = json.json();
     let g = &v["groups"][0];
@@ -191,9 +209,10 @@ async fn the_report_as_a_table_and_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_group_exits_4() {
     logs::init();
+    let Some(bin) = binary_or_skip() else { return };
     let (cluster, topic, _) = setup("cli-group").await;
     let unknown = unique("never-committed");
-    let r = run(&base(&cluster, &unknown, &topic)).await;
+    let r = run_at(&bin, &base(&cluster, &unknown, &topic)).await;
     assert_eq!(r.code, 4, "{r:#?}");
     assert!(
         r.stdout.contains(&format!("group {unknown}: no_offsets")),
@@ -207,13 +226,99 @@ async fn an_unknown_group_exits_4() {
     );
 }
 
+/// `--demo` (the first thing a newcomer runs) ends cleanly: exit 0, no
+/// `error:`, the unknown group shown as a labelled part of the demo, and the
+/// partition whose record at the committed offset has no timestamp reads
+/// `time_lag_unknown` with an unknown time lag, never `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
+    logs::init();
+    let Some(r) = run(&["--demo"]).await else {
+        return;
+    };
+    assert_eq!(r.code, 0, "{r:#?}");
+    assert!(!r.stderr.contains("error:"), "{r:#?}");
+    assert!(
+        r.stdout
+            .contains("demo, the unknown group: group \"demo-unknown\""),
+        "{r:#?}"
+    );
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo-orders-2 "))
+        .unwrap_or_else(|| panic!("no row for demo-orders-2: {r:#?}"));
+    assert!(row.ends_with("time_lag_unknown"), "{row}");
+    assert!(row.contains(" missing "), "{row}");
+
+    let r = run(&["--demo", "--json"]).await.unwrap();
+    assert_eq!(r.code, 0, "{r:#?}");
+    let json = r.json();
+    let p2 = &json["groups"][0]["partitions"][2];
+    assert_eq!(p2["status"], "time_lag_unknown", "{p2}");
+    assert!(p2["time_lag_s"].is_null(), "{p2}");
+    assert_eq!(p2["offset_lag"], 15, "{p2}");
+}
+
+/// `--include`: on a real cluster, the groups under the pattern with
+/// committed offsets are reported (exit 0), a pattern that matches nothing
+/// exits 4 with the reason; on the mock broker, which has no ListGroups,
+/// the cycle fails: exit 5, the error names the operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_groups_are_reported() {
+    logs::init();
+    let Some(bin) = binary_or_skip() else { return };
+    let (cluster, topic, group) = setup("cli-disc").await;
+    let pattern = format!("^{group}$");
+    let args = [
+        "--bootstrap",
+        cluster.bootstrap(),
+        "--topic",
+        &topic,
+        "--include",
+        &pattern,
+        "--samples",
+        "1",
+        "--json",
+    ];
+    let r = run_at(&bin, &args).await;
+    if !cluster.is_real() {
+        assert_eq!(r.code, 5, "{r:#?}");
+        assert!(r.stderr.contains("kafka list groups failed"), "{r:#?}");
+        return;
+    }
+    assert_eq!(r.code, 0, "{r:#?}");
+    let v = r.json();
+    let groups = v["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 1, "{v}");
+    assert_eq!(groups[0]["group"], group.as_str());
+
+    let r = run_at(
+        &bin,
+        &[
+            "--bootstrap",
+            cluster.bootstrap(),
+            "--topic",
+            &topic,
+            "--include",
+            "^no-group-has-this-name$",
+            "--samples",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 4, "{r:#?}");
+    assert!(r.stderr.contains("error: no listed group"), "{r:#?}");
+}
+
 /// A topic that does not exist: exit 3, the error names it, no report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_topic_exits_3() {
     logs::init();
+    let Some(bin) = binary_or_skip() else { return };
     let (cluster, _, group) = setup("cli-topic").await;
     let missing = unique("no-such-topic");
-    let r = run(&base(&cluster, &group, &missing)).await;
+    let r = run_at(&bin, &base(&cluster, &group, &missing)).await;
     assert_eq!(r.code, 3, "{r:#?}");
     assert!(
         r.stderr
@@ -234,7 +339,7 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
         .expect("a free port")
         .port();
     let bootstrap = format!("127.0.0.1:{port}");
-    let r = run(&[
+    let Some(r) = run(&[
         "--bootstrap",
         &bootstrap,
         "--group",
@@ -244,7 +349,10 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
         "--request-timeout",
         "2",
     ])
-    .await;
+    .await
+    else {
+        return;
+    };
     assert_eq!(r.code, 2, "{r:#?}");
     assert!(
         r.stderr
@@ -253,12 +361,13 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
     );
 }
 
-/// Malformed configuration or arguments: exit 1, the error (and for bad
-/// arguments the usage) on stderr, before any network I/O (the bootstrap
-/// address is never contacted).
+/// Malformed configuration or arguments: exit 1, the error and the exit
+/// codes on stderr, before any network I/O (the bootstrap address is never
+/// contacted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_configuration_exits_1() {
     logs::init();
+    let Some(bin) = binary_or_skip() else { return };
     let common = ["--bootstrap", "127.0.0.1:1", "--group", "g", "--topic", "t"];
     let cases: &[(&[&str], &str)] = &[
         (
@@ -269,44 +378,86 @@ async fn malformed_configuration_exits_1() {
             &["--set", "group.id=mine"],
             "error: invalid monitor configuration: ",
         ),
-        (
-            &["--set", "no-equals-sign"],
-            "error: --set: expected key=value",
-        ),
-        (
-            &["--interval", "0"],
-            "error: --interval: expected seconds above zero",
-        ),
-        (
-            &["--replicas", "0"],
-            "error: --replicas: expected at least 1",
-        ),
-        (
-            &["--frobnicate"],
-            "error: unknown argument \"--frobnicate\"",
-        ),
+        (&["--set", "no-equals-sign"], "expected key=value"),
+        (&["--interval", "0"], "expected seconds above zero"),
+        (&["--window", "-3"], "-3"),
+        (&["--window=-3"], "expected seconds above zero"),
+        (&["--replicas", "0"], "--replicas"),
+        (&["--skew-share", "1.5"], "skew_share"),
+        (&["--frobnicate"], "--frobnicate"),
+        (&["--json", "--serve"], "--serve"),
+        (&["--include", "("], "regex parse error"),
+        (&["--max-groups", "0"], "--max-groups"),
     ];
     for (extra, message) in cases {
         let mut args = common.to_vec();
         args.extend_from_slice(extra);
-        let r = run(&args).await;
+        let r = run_at(&bin, &args).await;
         assert_eq!(r.code, 1, "{extra:?}: {r:#?}");
         assert!(r.stderr.contains(message), "{extra:?}: {r:#?}");
+        assert!(r.stderr.contains("error"), "{extra:?}: {r:#?}");
         assert!(!r.stdout.contains("group "), "{extra:?}: {r:#?}");
     }
-    // Missing required arguments: the usage, with the exit codes.
-    let r = run(&["--group", "g"]).await;
+    // Missing required arguments: what is missing, and the exit codes.
+    let r = run_at(&bin, &["--group", "g"]).await;
     assert_eq!(r.code, 1, "{r:#?}");
+    assert!(r.stderr.contains("--bootstrap"), "{r:#?}");
+    assert!(r.stderr.contains("--topic"), "{r:#?}");
     assert!(
         r.stderr
-            .contains("--bootstrap, --group and --topic are required")
+            .contains("exit codes: 0 ok, 1 bad arguments or configuration"),
+        "{r:#?}"
     );
-    assert!(
-        r.stderr
-            .contains("exit codes: 0 ok, 1 bad arguments or configuration")
-    );
-    // --help: the usage, exit 0.
-    let r = run(&["--help"]).await;
+}
+
+/// `--help`: exit 0, every flag with its default (or what leaving it out
+/// means), and the exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_lists_every_flag_with_its_default() {
+    let Some(r) = run(&["--help"]).await else {
+        return;
+    };
     assert_eq!(r.code, 0, "{r:#?}");
-    assert!(r.stderr.contains("usage: group_monitor"), "{r:#?}");
+    let help = &r.stdout;
+    for (flag, default) in [
+        ("--bootstrap", "Required unless --demo"),
+        ("--group", "Required unless --demo"),
+        ("--topic", "Required unless --demo"),
+        ("--set", "Default: none"),
+        ("--json", "Default: a table"),
+        ("--serve", "Default: print one report and exit"),
+        ("--interval", "[default: 5]"),
+        ("--samples", "[default: 2]"),
+        ("--window", "[default: 60]"),
+        ("--stall-after", "[default: 30]"),
+        ("--lag-threshold", "[default: 60]"),
+        ("--drain-target", "[default: 600]"),
+        ("--skew-share", "[default: 0.75]"),
+        ("--replicas", "Default: none"),
+        ("--read-uncommitted", "Default: to the last stable"),
+        ("--request-timeout", "[default: 10]"),
+        ("--read-timeout", "[default: 5]"),
+        ("--discover", "Default: off"),
+        ("--include", "Default: every group"),
+        ("--exclude", "Default: none excluded"),
+        ("--max-groups", "[default: 100]"),
+        ("--max-partitions", "[default: 10000]"),
+        ("--demo", "embedded broker"),
+    ] {
+        let at = help
+            .find(&format!("      {flag} "))
+            .or_else(|| help.find(&format!("      {flag}\n")))
+            .unwrap_or_else(|| panic!("{flag} not in --help: {help}"));
+        // The flag's entry runs to the next blank-line-separated flag.
+        let entry = &help[at..];
+        let end = entry[2..].find("\n      --").map_or(entry.len(), |e| e + 2);
+        assert!(
+            entry[..end].contains(default),
+            "{flag}: {default:?} not in {:?}",
+            &entry[..end]
+        );
+    }
+    assert!(help.contains(
+        "exit codes: 0 ok, 1 bad arguments or configuration, 2 broker unreachable, 3 unknown topic"
+    ));
 }

@@ -465,7 +465,7 @@ pub const MONITOR_RETENTION_ETA: &str = "fresh_consumer.monitor.retention.eta";
 
 /// The partition's status as seen by the monitor, as a state set: one point
 /// per [`STATUS`] value `ok`, `lagging`, `stalled`, `out_of_range`,
-/// `no_committed_offset`, 1 for the current one (see
+/// `no_committed_offset`, `time_lag_unknown`, 1 for the current one (see
 /// [`LagStatus`](crate::monitor::LagStatus)).
 ///
 /// | instrument | unit | attributes |
@@ -543,8 +543,8 @@ pub const DIAGNOSIS: &str = "fresh_consumer.diagnosis";
 pub const LAG_POSITION: &str = "fresh_consumer.lag.position";
 /// Attribute `fresh_consumer.status`: a partition status, `ok`, `warn`,
 /// `stall`, `stop` or `rewind` (in-process, [`PARTITION_STATUS`]); `ok`,
-/// `lagging`, `stalled`, `out_of_range` or `no_committed_offset` (the
-/// monitor, [`MONITOR_PARTITION_STATUS`]).
+/// `lagging`, `stalled`, `out_of_range`, `no_committed_offset` or
+/// `time_lag_unknown` (the monitor, [`MONITOR_PARTITION_STATUS`]).
 pub const STATUS: &str = "fresh_consumer.status";
 /// Attribute `fresh_consumer.offset.reset.reason`: `retention_overrun`,
 /// `above_high_watermark` or `no_committed_offset`.

@@ -236,6 +236,9 @@ impl GroupTracker {
                     LagStatus::Stalled
                 }
                 _ if time_lag.is_some_and(|t| t >= rules.lag_threshold) => LagStatus::Lagging,
+                // Records wait and their age is not known (no usable
+                // timestamp, or not read in time): never `ok`.
+                (_, Some(l)) if l > 0 && time_lag.is_none() => LagStatus::TimeLagUnknown,
                 _ => LagStatus::Ok,
             };
             judged.push(Judged {
@@ -300,29 +303,54 @@ impl GroupTracker {
 
         let mut named = Vec::new();
         let mut scaling = Scaling::NotNeeded;
+        // Frozen for `after`: no committed offset of the group moved for
+        // that long, and every partition with records waiting has had them
+        // waiting that long.
+        let frozen_for = |after: Duration| {
+            with_offsets
+                .iter()
+                .all(|j| j.row.commit_unchanged_for.is_some_and(|d| d >= after))
+                && lagging
+                    .iter()
+                    .all(|j| j.row.waiting_for.is_some_and(|d| d >= after))
+        };
         let diagnosis = if with_offsets.is_empty() {
             Diagnosis::NoOffsets
         } else if total_lag == 0 {
             Diagnosis::Idle
-        } else if span >= rules.window
-            && with_offsets.iter().all(|j| {
-                j.row
-                    .commit_unchanged_for
-                    .is_some_and(|d| d >= rules.window)
-            })
-            && lagging
-                .iter()
-                .all(|j| j.row.waiting_for.is_some_and(|d| d >= rules.window))
+        } else if (span >= rules.window && frozen_for(rules.window))
+            || frozen_for(rules.stall_after)
         {
+            // Every partition with records waiting is frozen and none of
+            // the others advances: nothing of the group works, which is a
+            // dead (or hung) group, not a poison record (`stuck` needs
+            // partitions that advance beside the frozen ones).
             named = lagging.iter().map(|j| name(j)).collect();
             scaling = Scaling::Withheld {
                 reason: format!(
                     "no partition's committed offset moved for {:.0?} while records wait: the consumers are down or hung; more replicas of them do not help",
-                    rules.window
+                    rules.stall_after.min(rules.window)
                 ),
             };
             Diagnosis::Dead
-        } else if lagging.iter().any(|j| j.row.status == LagStatus::Stalled) {
+        } else if let Some(longest) = lagging
+            .iter()
+            .filter(|j| j.row.status == LagStatus::Stalled)
+            .filter_map(|j| j.row.waiting_for)
+            .max()
+            && with_offsets.iter().any(|j| {
+                j.row.status != LagStatus::Stalled
+                    && j.row
+                        .commit_unchanged_for
+                        .is_some_and(|u| u + rules.stall_after < longest)
+            })
+        {
+            // Some partitions frozen while another's commit moved after the
+            // longest-frozen one had been frozen for `stall_after`: the
+            // group works, those partitions do not. (A killed consumer's
+            // partitions stop within a commit interval of each other: none
+            // moves that long after another froze, so the group reads
+            // `dead` once all are frozen, never `stuck` on the way.)
             named = lagging
                 .iter()
                 .filter(|j| j.row.status == LagStatus::Stalled)
@@ -478,5 +506,7 @@ fn suggest(
     }
 }
 
+#[cfg(test)]
+mod comparison;
 #[cfg(test)]
 mod tests;

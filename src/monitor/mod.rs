@@ -41,14 +41,23 @@
 //! rules turning the samples into [`LagStatus`] and [`Diagnosis`] are
 //! documented on those types; [`GroupMonitor`] lists their thresholds.
 //!
-//! Inside the module: `reader.rs` does the reads, `judge.rs` the rules (no
-//! I/O), `report.rs` holds the report types, `export.rs` the gauges.
+//! With [`GroupMonitor::discover_groups`] each cycle also lists the
+//! cluster's groups (ListGroups) and watches, beside the named ones, every
+//! listed group the filter accepts that has a committed offset on a watched
+//! partition; a group that appears is picked up in the next cycle, one that
+//! disappears is dropped with its metrics.
+//!
+//! Inside the module: `reader.rs` does the reads, `discover.rs` the
+//! discovery rules, `judge.rs` the rules (no I/O), `report.rs` holds the
+//! report types, `export.rs` the gauges.
 
+mod discover;
 mod export;
 mod judge;
 mod reader;
 mod report;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +69,7 @@ use rdkafka::error::KafkaError;
 
 use crate::config::RedactedProperties;
 use crate::error::ConfigError;
+use crate::monitor::discover::{Discovery, GroupFilter};
 use crate::monitor::judge::{GroupTracker, Rules};
 use crate::monitor::reader::{Reader, ReaderSettings};
 use crate::record::unix_ms;
@@ -85,6 +95,10 @@ pub const DEFAULT_MONITOR_DRAIN_TARGET: Duration = Duration::from_secs(600);
 pub const DEFAULT_MONITOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for [`GroupMonitor::read_timeout`]: 5 s.
 pub const DEFAULT_MONITOR_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default for [`GroupMonitor::max_groups`]: 100 groups.
+pub const DEFAULT_MONITOR_MAX_GROUPS: usize = 100;
+/// Default for [`GroupMonitor::max_partitions`]: 10,000 partitions.
+pub const DEFAULT_MONITOR_MAX_PARTITIONS: usize = 10_000;
 
 /// Why the monitor could not start or a cycle failed. Never contains the
 /// value of a secret property.
@@ -117,7 +131,8 @@ pub enum MonitorError {
     /// assign). [`Monitor::run_until`] counts it and goes on.
     #[error("kafka {operation} failed")]
     Kafka {
-        /// `metadata`, `list offsets`, `offset fetch` or `assign`.
+        /// `metadata`, `list offsets`, `offset fetch`, `list groups`
+        /// (discovery) or `assign`.
         operation: &'static str,
         /// librdkafka's error.
         #[source]
@@ -126,13 +141,30 @@ pub enum MonitorError {
     /// The blocking reader thread panicked (a bug).
     #[error("the monitor's reader thread panicked")]
     ReaderPanicked,
+    /// More groups or partitions to watch than the caps allow
+    /// ([`GroupMonitor::max_groups`], [`GroupMonitor::max_partitions`]):
+    /// discovery found more groups, or the watched topics have more
+    /// partitions. The cycle watches none rather than an arbitrary subset;
+    /// narrow the filter or the topics, or raise the cap.
+    #[error("{count} {what} to watch, above the cap of {max}")]
+    TooMany {
+        /// `groups` or `partitions`.
+        what: &'static str,
+        /// How many there were (groups: named plus discovered candidates;
+        /// partitions: of all watched topics).
+        count: usize,
+        /// The cap.
+        max: usize,
+    },
 }
 
 impl MonitorError {
     /// The `error.type` of a failed cycle in `fresh_consumer.monitor.cycles`:
-    /// `config`, `unreachable`, `unknown_topic`, `kafka` or `reader_panicked`.
+    /// `config`, `unreachable`, `unknown_topic`, `kafka`, `reader_panicked`
+    /// or `too_many`.
     pub fn kind(&self) -> &'static str {
         match self {
+            MonitorError::TooMany { .. } => "too_many",
             MonitorError::Config(_) => "config",
             MonitorError::Unreachable { .. } => "unreachable",
             MonitorError::UnknownTopic { .. } => "unknown_topic",
@@ -145,8 +177,9 @@ impl MonitorError {
 /// Builder of a group monitor: what to watch, how often, and the thresholds
 /// of the statuses and the diagnosis.
 ///
-/// Needs bootstrap servers, at least one group and at least one topic;
-/// every group is watched on every topic. [`connect`](Self::connect)
+/// Needs bootstrap servers, at least one topic, and at least one named
+/// group or [`discover_groups`](Self::discover_groups); every group is
+/// watched on every topic. [`connect`](Self::connect)
 /// validates and checks that a broker answers and every topic exists.
 #[derive(Clone)]
 pub struct GroupMonitor {
@@ -164,6 +197,9 @@ pub struct GroupMonitor {
     read_committed: bool,
     request_timeout: Duration,
     read_timeout: Duration,
+    discovery: Option<Discovery>,
+    max_groups: usize,
+    max_partitions: usize,
     meter: Option<Meter>,
 }
 
@@ -190,6 +226,9 @@ impl fmt::Debug for GroupMonitor {
             .field("read_committed", &self.read_committed)
             .field("request_timeout", &self.request_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("discovery", &self.discovery.is_some())
+            .field("max_groups", &self.max_groups)
+            .field("max_partitions", &self.max_partitions)
             .finish_non_exhaustive()
     }
 }
@@ -224,6 +263,9 @@ impl GroupMonitor {
             read_committed: true,
             request_timeout: DEFAULT_MONITOR_REQUEST_TIMEOUT,
             read_timeout: DEFAULT_MONITOR_READ_TIMEOUT,
+            discovery: None,
+            max_groups: DEFAULT_MONITOR_MAX_GROUPS,
+            max_partitions: DEFAULT_MONITOR_MAX_PARTITIONS,
             meter: None,
         }
     }
@@ -253,8 +295,11 @@ impl GroupMonitor {
         self
     }
 
-    /// Adds a consumer group to watch (its `group.id`). Groups must be
-    /// named: the monitor does not list the cluster's groups.
+    /// Adds a consumer group to watch (its `group.id`). A named group is
+    /// watched whether or not it has committed offsets (without any it
+    /// reports [`Diagnosis::NoOffsets`]); see
+    /// [`discover_groups`](Self::discover_groups) for groups found by
+    /// listing.
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.groups.push(group.into());
         self
@@ -369,6 +414,48 @@ impl GroupMonitor {
         self
     }
 
+    /// Also watches the groups the brokers list (ListGroups, every cycle)
+    /// whose name `filter` accepts and that have a committed offset on at
+    /// least one watched partition: every such group with `|_| true`, or
+    /// those a pattern matches. A group that appears is watched from the
+    /// next cycle; one that disappears (deleted, its offsets expired, or no
+    /// committed offset on the watched topics any more) is dropped with its
+    /// metrics. Named groups are watched as well, offsets or not.
+    ///
+    /// Needs brokers that answer ListGroups (librdkafka's mock broker does
+    /// not: every cycle then fails with [`MonitorError::Kafka`],
+    /// operation `list groups`) and the `DESCRIBE` ACL on the groups. Each
+    /// discovered group costs one offset client and one OffsetFetch per
+    /// cycle; [`max_groups`](Self::max_groups) caps them. Default: off.
+    pub fn discover_groups(
+        mut self,
+        filter: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let filter: GroupFilter = Arc::new(filter);
+        self.discovery = Some(Discovery { filter });
+        self
+    }
+
+    /// The most groups one monitor watches: named groups plus the listed
+    /// groups the discovery filter accepts. Above it a cycle fails with
+    /// [`MonitorError::TooMany`] (and [`validate`](Self::validate) rejects
+    /// more named groups). At least 1. Defaults to
+    /// [`DEFAULT_MONITOR_MAX_GROUPS`].
+    pub fn max_groups(mut self, max: usize) -> Self {
+        self.max_groups = max;
+        self
+    }
+
+    /// The most partitions (of all watched topics together) one monitor
+    /// watches; above it [`connect`](Self::connect) and each cycle fail
+    /// with [`MonitorError::TooMany`]. Each partition costs two ListOffsets
+    /// requests per cycle and a row per group. At least 1. Defaults to
+    /// [`DEFAULT_MONITOR_MAX_PARTITIONS`].
+    pub fn max_partitions(mut self, max: usize) -> Self {
+        self.max_partitions = max;
+        self
+    }
+
     /// The `Meter` to build the monitor's gauges from (`fresh_consumer.monitor.*`,
     /// see [`metrics`](crate::metrics)); without it the monitor exports
     /// nothing.
@@ -382,7 +469,8 @@ impl GroupMonitor {
     /// # Errors
     /// [`ConfigError::MissingBootstrapServers`], [`ConfigError::MissingTopics`],
     /// [`ConfigError::EmptyTopicName`], or [`ConfigError::InvalidOption`]
-    /// (no group, an empty group name, a zero duration, a window shorter
+    /// (no group and no discovery, an empty group name, more named groups
+    /// than `max_groups`, a zero cap, a zero duration, a window shorter
     /// than the interval, a skew share outside (0, 1], zero replicas, a
     /// property the monitor sets itself), or
     /// [`ConfigError::InvalidProperty`] when librdkafka rejects a property.
@@ -394,10 +482,28 @@ impl GroupMonitor {
         {
             return Err(ConfigError::MissingBootstrapServers);
         }
-        if self.groups.is_empty() || self.groups.iter().any(|g| g.is_empty()) {
+        if (self.groups.is_empty() && self.discovery.is_none())
+            || self.groups.iter().any(|g| g.is_empty())
+        {
             return Err(ConfigError::InvalidOption {
                 option: "group",
-                reason: "name at least one consumer group, none of them empty".into(),
+                reason: "name at least one consumer group (or discover them), none of them empty"
+                    .into(),
+            });
+        }
+        if self.max_groups == 0 || self.groups.len() > self.max_groups {
+            return Err(ConfigError::InvalidOption {
+                option: "max_groups",
+                reason: format!(
+                    "must be at least 1 and at least the {} named groups",
+                    self.groups.len()
+                ),
+            });
+        }
+        if self.max_partitions == 0 {
+            return Err(ConfigError::InvalidOption {
+                option: "max_partitions",
+                reason: "must be at least 1".into(),
             });
         }
         if self.topics.is_empty() {
@@ -463,7 +569,8 @@ impl GroupMonitor {
     ///
     /// # Errors
     /// [`MonitorError::Config`], [`MonitorError::Unreachable`] (after the
-    /// request timeout), [`MonitorError::UnknownTopic`]. An unknown group
+    /// request timeout), [`MonitorError::UnknownTopic`],
+    /// [`MonitorError::TooMany`] (partitions). An unknown group
     /// is not an error: it has no committed offsets, so its partitions
     /// report [`LagStatus::NoCommittedOffset`] and the group
     /// [`Diagnosis::NoOffsets`].
@@ -477,6 +584,9 @@ impl GroupMonitor {
             read_committed: self.read_committed,
             request_timeout: self.request_timeout,
             read_timeout: self.read_timeout,
+            discovery: self.discovery.clone(),
+            max_groups: self.max_groups,
+            max_partitions: self.max_partitions,
         };
         let reader = tokio::task::spawn_blocking(move || {
             let reader = Reader::new(settings)?;
@@ -492,11 +602,7 @@ impl GroupMonitor {
             .map(|m| export::Export::new(m, Arc::downgrade(&shared)));
         Ok(Monitor {
             reader: Arc::new(Mutex::new(reader)),
-            trackers: self
-                .groups
-                .iter()
-                .map(|_| GroupTracker::default())
-                .collect(),
+            trackers: HashMap::new(),
             rules: self.rules(),
             interval: self.interval,
             shared,
@@ -550,7 +656,8 @@ impl Shared {
 /// A connected monitor: runs cycles, keeps the samples of the window.
 pub struct Monitor {
     reader: Arc<Mutex<Reader>>,
-    trackers: Vec<GroupTracker>,
+    /// Per watched group; a group no longer watched is dropped.
+    trackers: HashMap<String, GroupTracker>,
     rules: Rules,
     interval: Duration,
     shared: Arc<Shared>,
@@ -574,7 +681,9 @@ impl Monitor {
     /// # Errors
     /// [`MonitorError::Kafka`] when a read failed (the samples are kept;
     /// the next cycle may succeed), [`MonitorError::UnknownTopic`] when a
-    /// topic disappeared.
+    /// topic disappeared, [`MonitorError::TooMany`] when discovery found
+    /// more groups than [`GroupMonitor::max_groups`] or the topics grew past
+    /// [`GroupMonitor::max_partitions`].
     pub async fn cycle(&mut self) -> Result<MonitorReport, MonitorError> {
         let started = Instant::now();
         let reader = Arc::clone(&self.reader);
@@ -595,11 +704,13 @@ impl Monitor {
         let now = Instant::now();
         let taken_at = SystemTime::now();
         let now_ms = unix_ms(taken_at);
+        self.trackers
+            .retain(|name, _| reads.groups.iter().any(|g| &g.group == name));
         let groups = reads
             .groups
             .iter()
-            .zip(&mut self.trackers)
-            .map(|(g, tracker)| {
+            .map(|g| {
+                let tracker = self.trackers.entry(g.group.clone()).or_default();
                 tracker.evaluate(
                     &g.group,
                     &g.observations,

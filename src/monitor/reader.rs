@@ -18,12 +18,35 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use crate::config::redact_config_error;
 use crate::error::ConfigError;
 use crate::monitor::MonitorError;
+use crate::monitor::discover::{Discovery, candidates};
 use crate::monitor::judge::{HeadRead, Observation};
 use crate::record::RecordTimestamp;
 
 /// The group id the probe assigns partitions under (it never joins or
 /// commits): `fresh-consumer-monitor-probe`.
 pub const PROBE_GROUP_ID: &str = "fresh-consumer-monitor-probe";
+
+/// The probe's own client properties (beside its group id and isolation
+/// level), set after the user's.
+pub(crate) const PROBE_PROPERTIES: &[(&str, &str)] = &[
+    ("auto.offset.reset", "earliest"),
+    // One bounded read: a small fetch, nothing queued ahead.
+    ("max.partition.fetch.bytes", "65536"),
+    ("fetch.max.bytes", "1048576"),
+    ("queued.min.messages", "1"),
+    ("queued.max.messages.kbytes", "1024"),
+    ("fetch.wait.max.ms", "50"),
+    // With `queued.min.messages=1` one record fills the fetch queue, and
+    // librdkafka then postpones the partition's next fetch by this backoff
+    // (1,000 ms by default, its CONFIGURATION.md warns of ~1 s delays for
+    // the pair): a cycle that assigned a partition whose fetch was backed
+    // off waited ~1 s for its record, read the time lag that much high and
+    // overran its interval. 10 ms keeps a cycle's cost and schedule off
+    // librdkafka's backoff.
+    ("fetch.queue.backoff.ms", "10"),
+    // Reaching the end without a record: nothing readable.
+    ("enable.partition.eof", "true"),
+];
 
 /// What the reader needs from the builder.
 #[derive(Clone, Debug)]
@@ -35,6 +58,9 @@ pub(crate) struct ReaderSettings {
     pub(crate) read_committed: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) read_timeout: Duration,
+    pub(crate) discovery: Option<Discovery>,
+    pub(crate) max_groups: usize,
+    pub(crate) max_partitions: usize,
 }
 
 pub(crate) struct Reader {
@@ -43,8 +69,11 @@ pub(crate) struct Reader {
     uncommitted: BaseConsumer,
     /// The last stable offset (`read_committed`).
     committed_view: BaseConsumer,
-    /// One offset reader per watched group.
+    /// One offset reader per named group.
     groups: Vec<(String, BaseConsumer)>,
+    /// One offset reader per discovery candidate (listed, accepted by the
+    /// filter), kept while the brokers list the group.
+    discovered: BTreeMap<String, BaseConsumer>,
     /// `false` once the brokers refused ListGroups/DescribeGroups for good:
     /// they do not support it (librdkafka's mock broker) or the client may
     /// not use it; the member count is then not asked for again.
@@ -151,22 +180,10 @@ impl Reader {
         };
         let uncommitted = client(&settings, &[("isolation.level", "read_uncommitted")])?;
         let committed_view = client(&settings, &[("isolation.level", "read_committed")])?;
-        let probe = client(
-            &settings,
-            &[
-                ("group.id", PROBE_GROUP_ID),
-                ("isolation.level", isolation),
-                ("auto.offset.reset", "earliest"),
-                // One bounded read: a small fetch, nothing queued ahead.
-                ("max.partition.fetch.bytes", "65536"),
-                ("fetch.max.bytes", "1048576"),
-                ("queued.min.messages", "1"),
-                ("queued.max.messages.kbytes", "1024"),
-                ("fetch.wait.max.ms", "50"),
-                // Reaching the end without a record: nothing readable.
-                ("enable.partition.eof", "true"),
-            ],
-        )?;
+        let mut probe_properties =
+            vec![("group.id", PROBE_GROUP_ID), ("isolation.level", isolation)];
+        probe_properties.extend_from_slice(PROBE_PROPERTIES);
+        let probe = client(&settings, &probe_properties)?;
         let groups = settings
             .groups
             .iter()
@@ -177,6 +194,7 @@ impl Reader {
             uncommitted,
             committed_view,
             groups,
+            discovered: BTreeMap::new(),
             describe_groups: true,
             probe,
             timestamps: HashMap::new(),
@@ -185,16 +203,60 @@ impl Reader {
 
     /// Checks that a broker answers and every topic exists.
     pub(crate) fn check(&self) -> Result<(), MonitorError> {
+        let mut count = 0;
         for topic in &self.settings.topics {
-            self.partitions(topic).map_err(|e| match e {
-                MonitorError::Kafka { source, .. } => MonitorError::Unreachable {
-                    bootstrap: self.settings.bootstrap.clone(),
-                    source,
-                },
-                other => other,
-            })?;
+            count += self
+                .partitions(topic)
+                .map_err(|e| match e {
+                    MonitorError::Kafka { source, .. } => MonitorError::Unreachable {
+                        bootstrap: self.settings.bootstrap.clone(),
+                        source,
+                    },
+                    other => other,
+                })?
+                .len();
+        }
+        self.partitions_within_cap(count)
+    }
+
+    fn partitions_within_cap(&self, count: usize) -> Result<(), MonitorError> {
+        if count > self.settings.max_partitions {
+            return Err(MonitorError::TooMany {
+                what: "partitions",
+                count,
+                max: self.settings.max_partitions,
+            });
         }
         Ok(())
+    }
+
+    /// Discovery: lists the cluster's groups, keeps an offset reader for
+    /// every candidate (dropping those of groups no longer listed), and
+    /// returns the listing for the member counts.
+    fn discover(&mut self) -> Result<Option<rdkafka::groups::GroupList>, MonitorError> {
+        let Some(discovery) = &self.settings.discovery else {
+            return Ok(None);
+        };
+        let list = self
+            .uncommitted
+            .fetch_group_list(None, self.settings.request_timeout)
+            .map_err(kafka("list groups"))?;
+        let names: Vec<String> = self.groups.iter().map(|(g, _)| g.clone()).collect();
+        let found = candidates(
+            list.groups().iter().map(|g| g.name()),
+            &names,
+            discovery,
+            self.settings.max_groups,
+        )?;
+        self.discovered
+            .retain(|g, _| found.binary_search(g).is_ok());
+        for g in found {
+            if !self.discovered.contains_key(&g) {
+                let reader = client(&self.settings, &[("group.id", &g)])?;
+                self.discovered.insert(g, reader);
+            }
+        }
+        Ok(Some(list))
     }
 
     fn partitions(&self, topic: &str) -> Result<Vec<i32>, MonitorError> {
@@ -252,12 +314,16 @@ impl Reader {
                 marks.push((topic.clone(), p, start, high, stable));
             }
         }
+        self.partitions_within_cap(marks.len())?;
+        let listing = self.discover()?;
         let mut tpl = TopicPartitionList::new();
         for (topic, p, ..) in &marks {
             tpl.add_partition(topic, *p);
         }
-        let mut groups = Vec::with_capacity(self.groups.len());
-        for (group, reader) in &self.groups {
+        let mut groups = Vec::with_capacity(self.groups.len() + self.discovered.len());
+        let named = self.groups.iter().map(|(g, r)| (g, r, true));
+        let discovered = self.discovered.iter().map(|(g, r)| (g, r, false));
+        for (group, reader, is_named) in named.chain(discovered) {
             let got = reader
                 .committed_offsets(tpl.clone(), timeout)
                 .map_err(kafka("offset fetch"))?;
@@ -277,7 +343,14 @@ impl Reader {
                     )
                 })
                 .collect();
-            let members = if self.describe_groups {
+            // A discovered group is watched while it has a committed offset
+            // on a watched partition.
+            if !is_named && observations.iter().all(|o| o.committed.is_none()) {
+                continue;
+            }
+            let members = if let Some(list) = &listing {
+                members(list, group)
+            } else if self.describe_groups {
                 match reader.fetch_group_list(Some(group), timeout) {
                     Ok(list) => members(&list, group),
                     // Refused for good: not asked again.
@@ -470,4 +543,40 @@ pub(crate) fn reserved(property: &str) -> Option<ConfigError> {
             "`{property}` is set by the monitor itself (use the builder's method for it, if any)"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PROBE_PROPERTIES;
+
+    fn value(key: &str) -> Option<&'static str> {
+        PROBE_PROPERTIES
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// `queued.min.messages=1` fills the probe's fetch queue with one record;
+    /// librdkafka's default `fetch.queue.backoff.ms` (1,000 ms) would then
+    /// postpone the next fetch by a second. The backoff must stay within the
+    /// probe's own fetch wait, so a cycle never waits on it.
+    #[test]
+    fn the_probe_never_waits_on_librdkafkas_fetch_queue_backoff() {
+        assert_eq!(value("queued.min.messages"), Some("1"));
+        let backoff: u64 = value("fetch.queue.backoff.ms")
+            .expect("fetch.queue.backoff.ms is set")
+            .parse()
+            .unwrap();
+        let wait: u64 = value("fetch.wait.max.ms").unwrap().parse().unwrap();
+        assert!(
+            backoff <= wait,
+            "backoff {backoff} ms > fetch wait {wait} ms"
+        );
+        let mut cc = rdkafka::ClientConfig::new();
+        for (k, v) in PROBE_PROPERTIES {
+            cc.set(*k, *v);
+        }
+        cc.create_native_config()
+            .expect("librdkafka knows every probe property");
+    }
 }

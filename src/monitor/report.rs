@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 use crate::summary::TopicPartition;
 
 /// The report of one cycle of a [`Monitor`](crate::monitor::Monitor): one
-/// [`GroupReport`] per watched group, in the order the groups were given.
+/// [`GroupReport`] per watched group, the named groups first in the order
+/// they were given, then the discovered ones by name.
 #[derive(Clone, Debug)]
 pub struct MonitorReport {
     /// Wall-clock time at which the cycle's reads finished (the "now" of
@@ -183,12 +184,20 @@ impl HeadTimestamp {
 
 /// A partition's status, worst first: [`NoCommittedOffset`](Self::NoCommittedOffset),
 /// [`OutOfRange`](Self::OutOfRange), [`Stalled`](Self::Stalled),
-/// [`Lagging`](Self::Lagging), [`Ok`](Self::Ok).
+/// [`Lagging`](Self::Lagging), [`TimeLagUnknown`](Self::TimeLagUnknown),
+/// [`Ok`](Self::Ok).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LagStatus {
-    /// Caught up, or behind by less than the lag threshold
+    /// Caught up, or behind by a known time lag below the lag threshold
     /// ([`GroupMonitor::lag_threshold`](crate::monitor::GroupMonitor::lag_threshold)).
+    /// A partition with records waiting whose time lag is unknown is never
+    /// `ok` (see [`TimeLagUnknown`](Self::TimeLagUnknown)).
     Ok,
+    /// Records wait (offset lag above zero) but their age is unknown: the
+    /// record at the committed offset carries no usable timestamp
+    /// ([`HeadTimestamp::Missing`]) or could not be read within the read
+    /// timeout ([`HeadTimestamp::Unread`]). Not stalled, not out of range.
+    TimeLagUnknown,
     /// The time lag is at or above the lag threshold, and the partition is
     /// not stalled. This includes a committed offset frozen over a static
     /// backlog (records wait, but no new ones arrive): its time lag grows
@@ -221,18 +230,21 @@ pub enum LagStatus {
 impl LagStatus {
     /// Every status name, in the order of [`as_str`](Self::as_str) values
     /// exported as the state set `fresh_consumer.monitor.partition.status`.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "ok",
         "lagging",
         "stalled",
         "out_of_range",
         "no_committed_offset",
+        "time_lag_unknown",
     ];
 
-    /// `ok`, `lagging`, `stalled`, `out_of_range` or `no_committed_offset`.
+    /// `ok`, `lagging`, `stalled`, `out_of_range`, `no_committed_offset` or
+    /// `time_lag_unknown`.
     pub fn as_str(self) -> &'static str {
         match self {
             LagStatus::Ok => "ok",
+            LagStatus::TimeLagUnknown => "time_lag_unknown",
             LagStatus::Lagging => "lagging",
             LagStatus::Stalled => "stalled",
             LagStatus::OutOfRange { .. } => "out_of_range",
@@ -249,16 +261,25 @@ pub enum Diagnosis {
     NoOffsets,
     /// No record waits on any partition.
     Idle,
-    /// Records wait, no partition's committed offset moved for longer
-    /// than the window ([`GroupMonitor::window`](crate::monitor::GroupMonitor::window)),
-    /// and the records have waited that long too (a group idle for an hour
-    /// that receives records is not dead at once): the consumers are down or
-    /// hung. Whether the log end moves does not matter. More replicas do
-    /// not help.
+    /// Records wait and nothing of the group moves: no partition's
+    /// committed offset moved for
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) (or for
+    /// the [`window`](crate::monitor::GroupMonitor::window), when that is
+    /// shorter), and every partition with records waiting has had them
+    /// waiting that long too (a group idle for an hour that receives
+    /// records is not dead at once): the consumers are down or hung.
+    /// Whether the log end moves does not matter. A killed consumer under
+    /// steady traffic reads `dead` from `stall_after` on, never
+    /// [`Stuck`](Self::Stuck). More replicas do not help.
     Dead,
     /// Some partitions' committed offsets are frozen while their log end
-    /// moves (status [`LagStatus::Stalled`]): a poison record, a hung
-    /// worker, an unassigned partition. Named in [`GroupReport::named`].
+    /// moves (status [`LagStatus::Stalled`]) and another partition of the
+    /// group advances: its committed offset moved after the longest-frozen
+    /// one had been frozen for
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) (else the
+    /// group becomes [`Dead`](Self::Dead): a killed consumer's partitions
+    /// stop within a commit interval of each other). A poison record, a
+    /// hung worker, an unassigned partition. Named in [`GroupReport::named`].
     /// More replicas do not help.
     Stuck,
     /// The group is behind (a time lag at or above the lag threshold) and

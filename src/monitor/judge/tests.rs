@@ -183,21 +183,41 @@ fn idle_and_no_offsets() {
 }
 
 #[test]
-fn frozen_while_the_log_end_moves_is_stalled_then_dead() {
-    // Commits frozen at 100, 10 records a second arriving, time lag
-    // growing with the clock.
+fn frozen_everywhere_while_the_log_end_moves_is_dead_from_stall_after() {
+    // A killed consumer under steady traffic: commits frozen at 100, 10
+    // records a second arriving on every partition, time lag growing with
+    // the clock. Every partition with records waiting is frozen and none
+    // advances: `dead` as soon as they are frozen (stall_after, 5 s), not
+    // `stuck` until the window (10 s) passes.
     let f = |c: i64| {
         (0..4)
             .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
             .collect::<Vec<_>>()
     };
     let mut g = GroupTracker::default();
-    let r = run(&mut g, &rules(), 7, f);
-    assert_eq!(
-        r.diagnosis,
-        Diagnosis::Stuck,
-        "frozen past stall_after, not yet the window"
+    let t0 = Instant::now();
+    let diagnoses: Vec<Diagnosis> = (0..12)
+        .map(|c| {
+            g.evaluate(
+                "g",
+                &f(c),
+                None,
+                &rules(),
+                t0 + Duration::from_secs(c as u64),
+                NOW_MS + c * 1000,
+            )
+            .diagnosis
+        })
+        .collect();
+    assert!(
+        !diagnoses.contains(&Diagnosis::Stuck),
+        "never stuck: {diagnoses:?}"
     );
+    let mut g = GroupTracker::default();
+    let r = run(&mut g, &rules(), 5, f);
+    assert_ne!(r.diagnosis, Diagnosis::Dead, "frozen 4 s < stall_after");
+    let r = run(&mut GroupTracker::default(), &rules(), 7, f);
+    assert_eq!(r.diagnosis, Diagnosis::Dead, "frozen 6 s >= stall_after");
     assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled
         && p.log_end_moved
         && p.waiting_for == Some(Duration::from_secs(6))));
@@ -227,17 +247,90 @@ fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
         assert_eq!(p.waiting_for, Some(Duration::from_secs(6)));
     }
     assert_ne!(r.diagnosis, Diagnosis::Stuck, "no log end moved");
-    let r = run(&mut g, &rules(), 12, f);
     assert_eq!(r.diagnosis, Diagnosis::Dead, "dead covers a static backlog");
+    let r = run(&mut g, &rules(), 12, f);
+    assert_eq!(r.diagnosis, Diagnosis::Dead);
     assert!(r.partitions.iter().all(|p| p.status == LagStatus::Lagging));
+}
 
-    // Only transaction markers past the committed offset: nothing to
-    // read, time lag unknown, offset lag 1: `ok`, however long.
-    let r = run(&mut GroupTracker::default(), &rules(), 20, |_| {
-        vec![obs(0, Some(100), 0, 101, HeadRead::Unread)]
+#[test]
+fn records_waiting_with_an_unknown_time_lag_are_never_ok() {
+    // The record at the committed offset has no timestamp (the demo's
+    // partition 2), or was not read in time: the time lag is unknown, not
+    // zero, and the status says so.
+    let missing = HeadRead::Read {
+        offset: 5,
+        timestamp: RecordTimestamp::NotAvailable,
+    };
+    for head in [missing, HeadRead::Unread] {
+        let r = run(&mut GroupTracker::default(), &rules(), 3, |c| {
+            vec![
+                obs(0, Some(5 + c), 0, 20 + c, head),
+                obs(1, Some(10 + c), 0, 10 + c, HeadRead::NotNeeded),
+            ]
+        });
+        let p = &r.partitions[0];
+        assert_eq!(p.offset_lag, Some(15), "{head:?}");
+        assert_eq!(p.time_lag, None, "{head:?}");
+        assert_eq!(p.status, LagStatus::TimeLagUnknown, "{head:?}");
+        assert_eq!(r.partitions[1].status, LagStatus::Ok);
+        assert_eq!(r.max_time_lag, Some(Duration::ZERO));
+    }
+}
+
+#[test]
+fn partitions_that_stop_a_little_apart_are_dead_never_stuck() {
+    // A killed consumer's last commits land a little apart: partition 0
+    // stops at cycle 0, partition 1 two cycles later (less than
+    // stall_after, 5 s); records keep arriving on both. Partition 0 is
+    // stalled from cycle 5 while partition 1's last move is not "after it
+    // had been frozen for stall_after": never `stuck`; `dead` once both are
+    // frozen.
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    for c in 0..12i64 {
+        let r = g.evaluate(
+            "g",
+            &[
+                obs(0, Some(100), 0, 200 + 10 * c, at(100, NOW_MS)),
+                obs(
+                    1,
+                    Some(100 + c.min(2)),
+                    0,
+                    200 + 10 * c,
+                    at(100 + c.min(2), NOW_MS),
+                ),
+            ],
+            None,
+            &rules(),
+            t0 + Duration::from_secs(c as u64),
+            NOW_MS + c * 1000,
+        );
+        seen.push(r.diagnosis);
+    }
+    assert!(!seen.contains(&Diagnosis::Stuck), "{seen:?}");
+    assert_eq!(seen[11], Diagnosis::Dead, "{seen:?}");
+}
+
+#[test]
+fn one_frozen_partition_beside_advancing_ones_is_stuck_not_dead() {
+    // Partition 1 frozen while its log end moves, partition 0 committing
+    // every cycle: `stuck` past the window, never `dead`.
+    let r = run(&mut GroupTracker::default(), &rules(), 25, |c| {
+        vec![
+            obs(
+                0,
+                Some(10 * c),
+                0,
+                10 * c + 2,
+                at(10 * c, NOW_MS + c * 1000),
+            ),
+            obs(1, Some(7), 0, 9 + 10 * c, at(7, NOW_MS - 1000)),
+        ]
     });
-    assert_eq!(r.partitions[0].status, LagStatus::Ok);
-    assert_eq!(r.partitions[0].offset_lag, Some(1));
+    assert_eq!(r.diagnosis, Diagnosis::Stuck);
+    assert_eq!(r.named.len(), 1);
 }
 
 #[test]
