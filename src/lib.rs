@@ -132,7 +132,7 @@ pub use failure::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
     DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF, DEFAULT_STORM_MAX_FAILURE_RATIO,
     DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
-    Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
+    OnStale, Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
 };
 pub use handler::{
     Batch, BatchError, BatchHandler, Batched, BoxError, DEFAULT_MAX_BATCH_RECORDS,

@@ -109,21 +109,39 @@ where
         OnExhausted::RetryTopics(rt) => Some(&rt.dead_letter),
         _ => None,
     };
+    let new_writer = |config: &crate::failure::DeadLetter| {
+        let properties: Vec<(String, String)> = validated
+            .client_config
+            .config_map()
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let producer_config = DeadLetterWriter::producer_config(&properties, config);
+        DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
+            .map_err(RunError::Client)
+    };
     let dead_letter = match dead_letter_config {
-        Some(config) => {
-            let properties: Vec<(String, String)> = validated
-                .client_config
-                .config_map()
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            let producer_config = DeadLetterWriter::producer_config(&properties, config);
-            Some(
-                DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
-                    .map_err(RunError::Client)?,
-            )
-        }
+        Some(config) => Some(new_writer(config)?),
         _ => None,
+    };
+    // Stale records written elsewhere share the dead-letter producer; with
+    // no dead-letter policy they get one of their own, with the default
+    // dead-letter configuration (`<topic>.dlt`, the library's headers).
+    let stale = match &settings.stale {
+        Some(s) => {
+            let writer = if s.action.writes() && dead_letter.is_none() {
+                let config = crate::failure::DeadLetter::default();
+                Some(new_writer(&config)?)
+            } else {
+                None
+            };
+            Some(crate::failure::Stale::new(
+                s,
+                settings.stale_retry_tiers,
+                writer,
+            ))
+        }
+        None => None,
     };
     let (commit_tx, commit_rx) = std::sync::mpsc::channel();
     let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
@@ -155,6 +173,7 @@ where
             settings.storm_guard.clone(),
             instruments.clone(),
         )),
+        stale,
         assignment,
         counters,
         instruments,

@@ -48,6 +48,13 @@ impl<H: Handler> Worker<H> {
             let Some(records) = self.collect(src, first, batch, &mut carry).await else {
                 break;
             };
+            // Stale records never reach the batch handler.
+            let Some(records) = self.shed_from_batch(records).await else {
+                break;
+            };
+            if records.is_empty() {
+                continue;
+            }
             busy_start.get_or_insert_with(Instant::now);
             match self.handle_batch(records, batch).await {
                 Done::Completed { .. } => {}
@@ -201,7 +208,10 @@ impl<H: Handler> Worker<H> {
                             kind: AttemptError::Handler,
                             error,
                         };
-                        match self.attempt_until_done(failed, None, Some(prior)).await {
+                        match self
+                            .attempt_until_done(failed, None, Some(prior), false)
+                            .await
+                        {
                             Done::Completed { .. } => {}
                             Done::Stopped => {
                                 self.engine.counters.unassigned(1 + rest.len() as u64);
@@ -288,7 +298,7 @@ impl<H: Handler> Worker<H> {
         let mut left = records.len();
         for record in records {
             left -= 1;
-            match self.attempt_until_done(record, None, None).await {
+            match self.attempt_until_done(record, None, None, false).await {
                 Done::Completed { .. } => {}
                 Done::Stopped => {
                     self.engine.counters.unassigned(1 + left as u64);

@@ -12,6 +12,9 @@
 //! records from `source.rs` and hand each to `attempt.rs` (the handler's
 //! attempts and the exhausted-record decision), which writes a record that
 //! moves on to `park.rs` (dead-letter and retry-tier writes, due times);
+//! `stale.rs` sheds a record too old to be handled (the batch loop and
+//! `attempt.rs` ask it before the handler sees a record, and it writes
+//! through `park.rs`);
 //! `task.rs` holds the worker's own state that all of them share.
 
 mod attempt;
@@ -20,6 +23,7 @@ mod by_key;
 mod in_order;
 mod park;
 mod source;
+mod stale;
 mod task;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -34,7 +38,7 @@ use crate::engine::shared::Engine;
 use crate::engine::tracker::OffsetTracker;
 use crate::handler::Handler;
 use crate::health::partition::PartitionHealth;
-use crate::metrics::instruments::PartitionRetry;
+use crate::metrics::instruments::{PartitionRetry, PartitionStale};
 use crate::ordering::ProcessingOrder;
 use crate::record::Record;
 use source::{Source, SplitSource, Unreadable};
@@ -80,6 +84,9 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
 ) -> (Arc<PartitionState>, PendingWorker) {
     let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
     let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let stale = (engine.stale.as_ref())
+        .filter(|s| s.applies_to(&engine.exhausted, topic))
+        .map(|s| (s.action.as_str(), s.topic_for(&engine.exhausted, topic)));
     let metrics = engine.instruments.partition(
         topic,
         partition,
@@ -91,6 +98,10 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
                 tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
                 tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
             }
+        }),
+        stale.as_ref().map(|(action, topic)| PartitionStale {
+            action,
+            topic: topic.as_deref(),
         }),
     );
     let trace =
@@ -123,6 +134,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         unflushed: AtomicU64::new(0),
         unflushed_received: AtomicU64::new(0),
         position_doubtful: AtomicBool::new(false),
+        stale_run: Mutex::new(None),
         _done: done_tx,
     };
     let start = PendingWorker {
@@ -163,6 +175,7 @@ impl<H: Handler> Worker<H> {
                 self.drop_unhandled(src);
             }
         }
+        self.end_stale_run();
         self.flush_counts();
     }
 

@@ -31,6 +31,8 @@ pub(super) struct Worker<H> {
     /// trusted to pass transaction markers ([`Worker::pass_markers`]) until
     /// a seek succeeds.
     pub(super) position_doubtful: AtomicBool,
+    /// The partition's open run of stale records (see `stale.rs`).
+    pub(super) stale_run: std::sync::Mutex<Option<super::stale::StaleRun>>,
     /// Dropped when the worker ends, after every handler call it started.
     pub(super) _done: std::sync::mpsc::Sender<()>,
 }
