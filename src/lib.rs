@@ -112,6 +112,8 @@ pub mod otlp;
 mod record;
 pub mod slo;
 mod summary;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod trace;
 
 /// Not part of the API (no semver promise): the library's own success-path

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 fn layer(module: &str) -> Option<u32> {
     Some(match module {
         "lib" => 100,
-        "__bench" => 90,
+        "__bench" | "testing" => 90,
         "consumer" => 80,
         "engine" => 70,
         "monitor" => 65,

@@ -12,6 +12,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use fresh_consumer::{
 use support::handled::Seen;
 use support::kafka::{TestCluster, now_ms, summary_committed, unique};
 use support::logs;
-use support::metrics::{InMemory, partition_attrs, with};
+use support::metrics::{partition_attrs, with};
 use support::run::start;
 use support::wait::{WAIT, wait_until};
 
@@ -68,13 +69,13 @@ async fn stale_records_are_skipped_counted_in_the_slo_and_committed_past() {
     logs::init();
     let (cluster, topic, group) = TestCluster::with_topic("stale-skip", 1).await;
     produce_aged(&cluster, &topic, &AGES_MS).await;
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let seen = Seen::default();
     let consumer = cluster
         .consumer(&group, &topic, seen.recorder())
         .max_record_age(MAX_AGE, OnStale::Skip)
         .freshness_objective(FreshnessObjective::new(Duration::from_secs(30), 0.99))
-        .meter_provider(&metrics.provider);
+        .meter_provider(metrics.provider());
     let run = start(consumer);
     cluster.wait_committed(&group, &topic, &[6]).await;
     let snapshot = run.health.snapshot();
@@ -89,7 +90,7 @@ async fn stale_records_are_skipped_counted_in_the_slo_and_committed_past() {
     let o = &snapshot.objectives[0];
     assert_eq!((o.short.good, o.short.bad), (3, 3), "{snapshot}");
 
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     let base = partition_attrs(&topic, 0, &group);
     assert_eq!(
         metrics.counter_total(STALE_MESSAGES, &with(&base, &[(STALE_ACTION, "skip")])),
@@ -109,7 +110,7 @@ async fn stale_records_are_skipped_counted_in_the_slo_and_committed_past() {
     assert_eq!(slo(SloResult::Late) + slo(SloResult::Skipped), 0.0);
     // No event age for a record the handler never saw.
     let age = with(&base, &[(TIMESTAMP_TYPE, "create_time")]);
-    assert_eq!(metrics.histogram_max_count(EVENT_AGE, &age).1, 3);
+    assert_eq!(metrics.histogram(EVENT_AGE, &age).count, 3);
 
     // Logged once per run of stale records: two runs, each with a start
     // and an end.
@@ -117,7 +118,7 @@ async fn stale_records_are_skipped_counted_in_the_slo_and_committed_past() {
         logs::count(|e| e.mentions(&topic) && e.mentions("record older than max_record_age"));
     let ends = logs::count(|e| e.mentions(&topic) && e.mentions("run of stale records ended"));
     assert_eq!((starts, ends), (2, 2));
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 /// Reads the records of `topic` (one partition) as dead-letter records.
@@ -167,13 +168,13 @@ async fn stale_records_go_to_the_dead_letter_topic_without_the_handler() {
     let dlt = unique("stale-dlt-parked");
     cluster.create_topic(&dlt, 1).await;
     produce_aged(&cluster, &topic, &AGES_MS).await;
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let seen = Seen::default();
     let consumer = cluster
         .consumer(&group, &topic, seen.recorder())
         .on_exhausted(OnExhausted::DeadLetter(DeadLetter::new().topic(&dlt)))
         .max_record_age(MAX_AGE, OnStale::DeadLetter)
-        .meter_provider(&metrics.provider);
+        .meter_provider(metrics.provider());
     let run = start(consumer);
     cluster.wait_committed(&group, &topic, &[6]).await;
     let summary = run.stop().await;
@@ -183,7 +184,7 @@ async fn stale_records_go_to_the_dead_letter_topic_without_the_handler() {
     assert_eq!(summary.records_dead_lettered, 0, "{summary:?}");
     assert_stale_written(&read_written(&cluster, &dlt, 3).await, &topic, &group);
 
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     let base = partition_attrs(&topic, 0, &group);
     assert_eq!(
         metrics.counter_total(
@@ -202,7 +203,7 @@ async fn stale_records_go_to_the_dead_letter_topic_without_the_handler() {
         metrics.counter_total(SENT_MESSAGES, &with(&Default::default(), &sent)),
         3.0
     );
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
