@@ -90,6 +90,8 @@ pub(crate) struct Settings {
     pub(crate) trace: crate::trace::TraceSettings,
     /// Batches for a batch handler (`None`: one record per handler call).
     pub(crate) batch: Option<crate::handler::BatchSettings>,
+    /// The pauses set through the control handles.
+    pub(crate) controls: std::sync::Arc<crate::control::Controls>,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -139,6 +141,7 @@ impl Default for Settings {
             health: crate::health::hub::HealthSettings::default(),
             trace: crate::trace::TraceSettings::default(),
             batch: None,
+            controls: std::sync::Arc::default(),
         }
     }
 }

@@ -467,6 +467,16 @@ impl<H> FreshConsumer<H> {
         self.settings.health.handle()
     }
 
+    /// A handle that pauses and resumes topics and partitions of the
+    /// consumer while it runs (see [`ControlHandle`](crate::ControlHandle)).
+    /// Get it before calling [`run_until`](Self::run_until); its calls
+    /// return [`ControlError::NotStarted`](crate::ControlError::NotStarted)
+    /// until the run starts and
+    /// [`ControlError::Stopped`](crate::ControlError::Stopped) after it ends.
+    pub fn control_handle(&self) -> crate::control::ControlHandle {
+        self.settings.controls.handle()
+    }
+
     /// The thresholds of the health evaluation. Defaults to
     /// [`HealthThresholds::default`](crate::health::HealthThresholds::default). Every threshold must be more than
     /// zero.

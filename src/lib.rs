@@ -68,7 +68,8 @@
 //!   the engine.
 //! - Leaves: `record.rs` ([`Record`] and the one event-time rule),
 //!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`], `summary.rs`,
-//!   `error.rs`.
+//!   `error.rs`, `control.rs` ([`ControlHandle`]: pauses set by the
+//!   application).
 //!
 //! - **Ordering**: records of one partition are handled one at a time, in
 //!   offset order; partitions run concurrently. Opt-in
@@ -100,6 +101,7 @@
 mod clock;
 mod config;
 mod consumer;
+mod control;
 mod engine;
 mod error;
 pub mod failure;
@@ -128,6 +130,7 @@ pub use config::{
     DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use consumer::FreshConsumer;
+pub use control::{ControlError, ControlHandle};
 pub use error::{ConfigError, RetryTopicsError, RunError};
 pub use failure::dead_letter;
 pub use failure::{

@@ -10,7 +10,7 @@
 //! or the consumer.)
 //!
 //! (leaves: `record`, `clock`, `handler`, `error`, `ordering`, `summary`,
-//! `slo`, which import only `record` and `error` among themselves). A module
+//! `slo`, `control`, which import only `record` and `error` among themselves). A module
 //! may import only modules of a lower layer, so no import circle can form.
 //! Read from the source text: every `crate::<module>` path outside comments
 //! and `#[cfg(test)]` modules counts. Print the graph with
@@ -33,7 +33,7 @@ fn layer(module: &str) -> Option<u32> {
         "otlp" => 45,
         "trace" => 42,
         "metrics" => 40,
-        "slo" | "handler" | "ordering" | "summary" | "clock" => 20,
+        "slo" | "handler" | "ordering" | "summary" | "clock" | "control" => 20,
         "record" | "error" => 10,
         _ => return None,
     })

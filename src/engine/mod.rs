@@ -66,6 +66,15 @@ use poll::{PollLoop, Stop};
 use shared::{Engine, EngineSettings};
 use watchdog::{IDLE_POLL_TICK, PollClock};
 
+/// Ends the control handles' run when the run ends, however it ends.
+struct ControlsGuard(Arc<crate::control::Controls>);
+
+impl Drop for ControlsGuard {
+    fn drop(&mut self) {
+        self.0.stopped();
+    }
+}
+
 /// A thread of the engine could not be started.
 fn thread_error(e: std::io::Error) -> RunError {
     RunError::Thread(e)
@@ -185,6 +194,7 @@ where
         shutdown: CancellationToken::new(),
         ctrl_tx,
         trace: trace.clone(),
+        controls: Arc::clone(&settings.controls),
     });
     let ctx = Ctx {
         engine: Arc::clone(&engine),
@@ -210,6 +220,11 @@ where
         .chain(validated.tiers.topics())
         .collect();
     consumer.subscribe(&topics).map_err(RunError::Client)?;
+    // The control handles work from here on, and refuse once the run ends.
+    settings
+        .controls
+        .started(topics.iter().map(|t| (*t).to_owned()).collect());
+    let _controls_run = ControlsGuard(Arc::clone(&settings.controls));
 
     let committer = {
         let consumer = Arc::clone(&consumer);

@@ -73,4 +73,6 @@ pub(crate) struct Engine {
     pub(crate) ctrl_tx: mpsc::UnboundedSender<Ctrl>,
     /// Traces (`None`: off, the default).
     pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
+    /// The pauses set by the application (`ControlHandle`).
+    pub(crate) controls: Arc<crate::control::Controls>,
 }

@@ -68,7 +68,25 @@ impl<H: Handler> Worker<H> {
     /// letter) or given up (skip), or the worker must stop (revoked or
     /// shutting down) with the record neither. `start` is the clock reading
     /// to start the first attempt at (the caller's, when it has one).
-    pub(super) async fn handle_until_done(&self, record: Record, start: Option<Instant>) -> Done {
+    /// While the application paused the partition (`ControlHandle`), the
+    /// record waits here first.
+    pub(super) async fn handle_until_done(
+        &self,
+        record: Record,
+        mut start: Option<Instant>,
+    ) -> Done {
+        if self
+            .state
+            .controls
+            .is_paused(&self.state.topic, self.state.partition)
+        {
+            if !self.wait_while_paused().await {
+                self.engine.counters.unassigned(1);
+                return Done::Stopped;
+            }
+            // The pause is not part of the first attempt.
+            start = None;
+        }
         let done = self.attempt_until_done(record, start, None, true).await;
         if matches!(done, Done::Stopped) {
             self.engine.counters.unassigned(1);

@@ -55,6 +55,10 @@ impl<H: Handler> Worker<H> {
             if records.is_empty() {
                 continue;
             }
+            if !self.wait_while_paused().await {
+                self.engine.counters.unassigned(records.len() as u64);
+                break;
+            }
             busy_start.get_or_insert_with(Instant::now);
             match self.handle_batch(records, batch).await {
                 Done::Completed { .. } => {}

@@ -125,6 +125,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         health: PartitionHealth::new(engine.health.origin()),
         trace,
         held: AtomicUsize::new(0),
+        controls: Arc::clone(&engine.controls),
     });
     let worker = Worker {
         state: Arc::clone(&state),

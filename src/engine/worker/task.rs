@@ -85,6 +85,34 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// Waits while the application paused the partition
+    /// (`ControlHandle`), unless the partition is stopped first. Returns
+    /// `false` when stopped.
+    pub(super) async fn wait_while_paused(&self) -> bool {
+        let (topic, partition) = (&self.state.topic, self.state.partition);
+        if !self.state.controls.is_paused(topic, partition) {
+            return true;
+        }
+        tracing::info!(
+            topic = %topic,
+            partition,
+            "partition paused by the application: the next record waits until it is resumed"
+        );
+        // Successes counted so far reach the summary during the pause.
+        self.flush_counts();
+        let resumed = (self.state.controls)
+            .wait_while_paused(topic, partition, &self.state.stop)
+            .await;
+        if resumed {
+            tracing::info!(
+                topic = %topic,
+                partition,
+                "partition resumed by the application"
+            );
+        }
+        resumed
+    }
+
     /// Sleeps unless the partition is stopped first. Returns `false` when
     /// stopped.
     pub(super) async fn sleep(&self, delay: Duration) -> bool {
