@@ -13,9 +13,18 @@
 //! partition, not by assignment: a partition of a paused topic assigned
 //! after a rebalance starts paused, and a paused partition handed back to
 //! this member is still paused.
+//!
+//! A rate limit ([`RateLimit`], [`ControlHandle::set_rate_limit`]) caps the
+//! records handed to the handler per second, for the whole consumer or for
+//! each partition. Workers wait for their turn (a token bucket holding
+//! 100 ms of records, at least one), never the poll loop, so a limit however
+//! low never lets `max.poll.interval.ms` be exceeded; a changed or cleared
+//! limit applies at once, also to records already waiting.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +80,44 @@ pub enum ControlError {
         /// The topic named.
         topic: String,
     },
+    /// A rate limit of zero, below zero, or not a finite number of records
+    /// per second.
+    #[error("invalid rate limit: {rate} records per second (must be finite and above 0)")]
+    InvalidRate {
+        /// The rate given.
+        rate: String,
+    },
+}
+
+/// A cap on the records handed to the handler per second
+/// ([`ControlHandle::set_rate_limit`]). A batch handler's call counts as
+/// its records.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RateLimit {
+    /// At most this many records per second over all partitions of the
+    /// consumer (this member; each member of a group has its own).
+    PerConsumer(f64),
+    /// At most this many records per second for each partition.
+    PerPartition(f64),
+}
+
+impl RateLimit {
+    /// [`RateLimit::PerConsumer`]: `records_per_second` over the consumer.
+    pub fn per_consumer(records_per_second: f64) -> Self {
+        RateLimit::PerConsumer(records_per_second)
+    }
+
+    /// [`RateLimit::PerPartition`]: `records_per_second` for each partition.
+    pub fn per_partition(records_per_second: f64) -> Self {
+        RateLimit::PerPartition(records_per_second)
+    }
+
+    fn rate(self) -> f64 {
+        match self {
+            RateLimit::PerConsumer(r) | RateLimit::PerPartition(r) => r,
+        }
+    }
 }
 
 impl ControlHandle {
@@ -122,12 +169,45 @@ impl ControlHandle {
     pub fn is_paused(&self, topic: &str, partition: i32) -> bool {
         self.controls.is_paused(topic, partition)
     }
+
+    /// Caps the records handed to the handler per second from now on
+    /// (replacing any earlier limit). None by default.
+    ///
+    /// # Errors
+    /// [`ControlError::InvalidRate`] for a rate that is not finite and
+    /// above 0; [`ControlError::NotStarted`], [`ControlError::Stopped`].
+    pub fn set_rate_limit(&self, limit: RateLimit) -> Result<(), ControlError> {
+        let rate = limit.rate();
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(ControlError::InvalidRate {
+                rate: rate.to_string(),
+            });
+        }
+        self.controls.change_limit(Some(limit))
+    }
+
+    /// Removes the rate limit.
+    ///
+    /// # Errors
+    /// [`ControlError::NotStarted`], [`ControlError::Stopped`].
+    pub fn clear_rate_limit(&self) -> Result<(), ControlError> {
+        self.controls.change_limit(None)
+    }
+
+    /// The rate limit in force, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.controls.lock().limit
+    }
 }
 
 /// The pauses, shared by the handles, the workers and health.
 #[derive(Debug)]
 pub(crate) struct Controls {
     state: Mutex<State>,
+    /// Whether anything is paused, and whether a rate limit is set: read
+    /// without the lock on every record (the hot path), written under it.
+    any_paused: AtomicBool,
+    limited: AtomicBool,
     /// Bumped at every change; workers waiting in a pause watch it.
     changed: watch::Sender<u64>,
 }
@@ -139,12 +219,47 @@ struct State {
     /// The subscribed topics while the consumer runs (`None` before).
     subscribed: Option<Vec<String>>,
     stopped: bool,
+    limit: Option<RateLimit>,
+    /// The token buckets: when the next record may go (a record may go
+    /// early by up to the bucket's burst), for the consumer, and per
+    /// partition.
+    consumer_next: Option<Instant>,
+    partition_next: BTreeMap<(String, i32), Option<Instant>>,
+}
+
+/// One token bucket's turn for `records` records at `rate` records per
+/// second at `now`: `None` when they may go (the bucket's next turn moves
+/// on by their cost), else how long to wait before asking again. `next` is
+/// when the next record may go; the bucket holds 100 ms of records (at
+/// least one), so a record may go up to that much before it.
+fn take_turn(
+    next: &mut Option<Instant>,
+    rate: f64,
+    records: usize,
+    now: Instant,
+) -> Option<Duration> {
+    // The bucket's room beyond the record going now.
+    let burst = Duration::from_secs_f64((0.1 - 1.0 / rate).max(0.0));
+    let cost = Duration::from_secs_f64(records as f64 / rate);
+    let at = match *next {
+        Some(t) => t.saturating_duration_since(now).saturating_sub(burst),
+        None => Duration::ZERO,
+    };
+    if !at.is_zero() {
+        return Some(at);
+    }
+    // A bucket left idle fills up to its burst, no more.
+    let from = next.map_or(now, |t| t.max(now));
+    *next = Some(from + cost);
+    None
 }
 
 impl Default for Controls {
     fn default() -> Self {
         Controls {
             state: Mutex::default(),
+            any_paused: AtomicBool::new(false),
+            limited: AtomicBool::new(false),
             changed: watch::Sender::new(0),
         }
     }
@@ -174,6 +289,67 @@ impl Controls {
         self.changed.send_modify(|g| *g += 1);
     }
 
+    fn change_limit(&self, limit: Option<RateLimit>) -> Result<(), ControlError> {
+        {
+            let mut s = self.lock();
+            if s.stopped {
+                return Err(ControlError::Stopped);
+            }
+            if s.subscribed.is_none() {
+                return Err(ControlError::NotStarted);
+            }
+            s.limit = limit;
+            s.consumer_next = None;
+            s.partition_next.clear();
+            self.limited.store(limit.is_some(), Ordering::Release);
+        }
+        self.changed.send_modify(|g| *g += 1);
+        Ok(())
+    }
+
+    /// Takes `records` records' turn under the rate limit for partition
+    /// `partition` of `topic`, waiting for it (a changed limit applies to a
+    /// wait under way), unless `stop` is cancelled first. Returns `false`
+    /// when stopped; at once `true` without a limit.
+    pub(crate) async fn acquire(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: usize,
+        stop: &CancellationToken,
+    ) -> bool {
+        if !self.limited.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut rx = self.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            let wait = {
+                let mut s = self.lock();
+                let Some(limit) = s.limit else {
+                    return true;
+                };
+                let next = match limit {
+                    RateLimit::PerConsumer(_) => &mut s.consumer_next,
+                    RateLimit::PerPartition(_) => s
+                        .partition_next
+                        .entry((topic.to_owned(), partition))
+                        .or_insert(None),
+                };
+                match take_turn(next, limit.rate(), records, Instant::now()) {
+                    None => return true,
+                    Some(wait) => wait,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = rx.changed() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
     fn change(&self, topic: &str, f: impl FnOnce(&mut State) -> bool) -> Result<(), ControlError> {
         let changed = {
             let mut s = self.lock();
@@ -188,7 +364,12 @@ impl Controls {
                     topic: topic.to_owned(),
                 });
             }
-            f(&mut s)
+            let changed = f(&mut s);
+            self.any_paused.store(
+                !(s.topics.is_empty() && s.partitions.is_empty()),
+                Ordering::Release,
+            );
+            changed
         };
         if changed {
             self.changed.send_modify(|g| *g += 1);
@@ -198,10 +379,10 @@ impl Controls {
 
     /// Whether partition `partition` of `topic` is paused now.
     pub(crate) fn is_paused(&self, topic: &str, partition: i32) -> bool {
-        let s = self.lock();
-        if s.topics.is_empty() && s.partitions.is_empty() {
+        if !self.any_paused.load(Ordering::Acquire) {
             return false;
         }
+        let s = self.lock();
         s.topics.contains(topic) || s.partitions.contains(&(topic.to_owned(), partition))
     }
 
@@ -258,6 +439,67 @@ mod tests {
         assert!(!h.is_paused("a", 2) && h.is_paused("a", 3));
         c.stopped();
         assert_eq!(h.resume_topic("a"), Err(ControlError::Stopped));
+    }
+
+    #[test]
+    fn a_token_bucket_lets_its_rate_through_after_a_burst_of_100_ms() {
+        let t0 = Instant::now();
+        let mut next = None;
+        let ms = |n| Duration::from_millis(n);
+        // 100 records/s: a burst of 10 (100 ms) at once.
+        let mut went = 0;
+        while take_turn(&mut next, 100.0, 1, t0).is_none() {
+            went += 1;
+        }
+        assert_eq!(went, 10);
+        // Then one every 10 ms.
+        assert_eq!(take_turn(&mut next, 100.0, 1, t0), Some(ms(10)));
+        assert_eq!(take_turn(&mut next, 100.0, 1, t0 + ms(10)), None);
+        assert!(take_turn(&mut next, 100.0, 1, t0 + ms(10)).is_some());
+        // Idle for a minute: it saves up no more than the burst.
+        let later = t0 + Duration::from_secs(60);
+        let mut went = 0;
+        while take_turn(&mut next, 100.0, 1, later).is_none() {
+            went += 1;
+        }
+        assert_eq!(went, 10);
+        // A batch of 50 goes when its turn comes and costs 500 ms (less
+        // the 90 ms of burst beyond one record).
+        let mut next = None;
+        assert_eq!(take_turn(&mut next, 100.0, 50, t0), None);
+        assert_eq!(take_turn(&mut next, 100.0, 1, t0), Some(ms(410)));
+    }
+
+    #[tokio::test]
+    async fn rates_are_checked_and_a_changed_limit_applies_to_a_waiting_record() {
+        let c = Arc::new(Controls::default());
+        let h = c.handle();
+        assert_eq!(
+            h.set_rate_limit(RateLimit::per_consumer(10.0)),
+            Err(ControlError::NotStarted)
+        );
+        c.started(vec!["a".into()]);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(
+                h.set_rate_limit(RateLimit::per_partition(bad)),
+                Err(ControlError::InvalidRate { .. })
+            ));
+        }
+        assert_eq!(h.rate_limit(), None);
+        // One record an hour: the second waits, until the limit goes.
+        h.set_rate_limit(RateLimit::per_consumer(1.0 / 3600.0))
+            .unwrap();
+        let stop = CancellationToken::new();
+        assert!(c.acquire("a", 0, 1, &stop).await);
+        let waiter = {
+            let (c, stop) = (Arc::clone(&c), stop.clone());
+            tokio::spawn(async move { c.acquire("a", 0, 1, &stop).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        h.clear_rate_limit().unwrap();
+        assert!(waiter.await.unwrap());
+        assert!(c.acquire("a", 1, 1_000_000, &stop).await, "no limit");
     }
 
     #[tokio::test]

@@ -130,7 +130,7 @@ pub use config::{
     DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use consumer::FreshConsumer;
-pub use control::{ControlError, ControlHandle};
+pub use control::{ControlError, ControlHandle, RateLimit};
 pub use error::{ConfigError, RetryTopicsError, RunError};
 pub use failure::dead_letter;
 pub use failure::{

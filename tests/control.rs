@@ -1,17 +1,21 @@
 //! The control handle on a Kafka broker: a paused partition hands no record
 //! to the handler, reads `ok` with "paused by the application" for longer
 //! than `stall_after`, and resumes where it left off; a paused topic stays
-//! paused on partitions assigned by a later rebalance; a handle used before
-//! the run, after it, or on a topic not subscribed is refused.
+//! paused on partitions assigned by a later rebalance; a rate limit holds
+//! within 10 % over 30 s (per consumer) and 10 s (per partition); a handle
+//! used before the run, after it, or on a topic not subscribed is refused.
 //!
 //! Runs on librdkafka's mock broker, or on a real cluster named by
 //! `FRESH_CONSUMER_TEST_BOOTSTRAP`. Every wait has a deadline.
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::{ControlError, HealthReason, HealthStatus, HealthThresholds, PartitionStatus};
+use fresh_consumer::{
+    ControlError, HealthReason, HealthStatus, HealthThresholds, PartitionStatus, RateLimit, Record,
+};
 use support::handled::Seen;
 use support::kafka::{TestCluster, unique};
 use support::logs;
@@ -150,4 +154,122 @@ async fn a_handle_is_refused_before_the_run_and_for_a_topic_not_subscribed() {
     assert!(!control.is_paused(&topic, 0));
     run.stop().await;
     assert_eq!(control.pause_topic(&topic), Err(ControlError::Stopped));
+}
+
+/// When each record was handed to the handler, by partition.
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<Vec<(i32, Instant)>>>);
+
+impl Calls {
+    fn handler(
+        &self,
+    ) -> impl Fn(Record) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static
+    {
+        let calls = self.clone();
+        move |r: Record| {
+            calls
+                .0
+                .lock()
+                .unwrap()
+                .push((r.partition(), Instant::now()));
+            std::future::ready(Ok(()))
+        }
+    }
+
+    /// The span from the first call to the last.
+    fn span(&self) -> Duration {
+        let c = self.0.lock().unwrap();
+        match (c.first(), c.last()) {
+            (Some(a), Some(b)) => b.1 - a.1,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Calls of `partition` (any with `None`) in the `window` after the
+    /// first call.
+    fn in_first(&self, window: Duration, partition: Option<i32>) -> usize {
+        let c = self.0.lock().unwrap();
+        let Some(&(_, t0)) = c.first() else {
+            return 0;
+        };
+        c.iter()
+            .filter(|(p, t)| *t - t0 < window && partition.is_none_or(|q| q == *p))
+            .count()
+    }
+}
+
+/// Runs a consumer of a `partitions`-partition topic holding `per_partition`
+/// records each, with `limit` set before the records are produced, until
+/// its handler calls span `window`; returns the calls.
+async fn rate_limited(
+    prefix: &str,
+    partitions: i32,
+    per_partition: usize,
+    limit: RateLimit,
+    window: Duration,
+) -> Calls {
+    logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic(prefix, partitions).await;
+    let calls = Calls::default();
+    let consumer = cluster.consumer(&group, &topic, calls.handler());
+    let control = consumer.control_handle();
+    let health = consumer.health_handle();
+    let run = start(consumer);
+    wait_snapshot(&health, WAIT, "every partition assigned", |s| {
+        s.partitions.len() == partitions as usize
+    })
+    .await;
+    control.set_rate_limit(limit).unwrap();
+    assert_eq!(control.rate_limit(), Some(limit));
+    cluster
+        .produce_many(&topic, partitions, per_partition)
+        .await;
+    support::wait::wait_until(window * 2, "calls spanning the window", || {
+        let span = calls.span();
+        async move { span >= window }
+    })
+    .await;
+    // The member stayed in the group all along: the limit holds workers,
+    // never the poll loop.
+    let s = health.snapshot();
+    assert_eq!(s.partitions.len(), partitions as usize, "{s}");
+    run.stop().await;
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_per_consumer_holds_within_ten_percent_over_30_s() {
+    let window = Duration::from_secs(30);
+    let calls = rate_limited(
+        "control-rate",
+        3,
+        1_400,
+        RateLimit::per_consumer(100.0),
+        window,
+    )
+    .await;
+    let n = calls.in_first(window, None);
+    eprintln!("per consumer, 100 records/s: {n} records in the first 30 s");
+    assert!((2_700..=3_300).contains(&n), "{n} records in 30 s at 100/s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_per_partition_holds_within_ten_percent_for_each() {
+    let window = Duration::from_secs(10);
+    let calls = rate_limited(
+        "control-rate-partition",
+        2,
+        700,
+        RateLimit::per_partition(50.0),
+        window,
+    )
+    .await;
+    for p in 0..2 {
+        let n = calls.in_first(window, Some(p));
+        eprintln!("per partition, 50 records/s: partition {p}: {n} records in the first 10 s");
+        assert!(
+            (450..=550).contains(&n),
+            "partition {p}: {n} records in 10 s at 50/s"
+        );
+    }
 }

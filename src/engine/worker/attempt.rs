@@ -87,6 +87,10 @@ impl<H: Handler> Worker<H> {
             // The pause is not part of the first attempt.
             start = None;
         }
+        if !self.take_turn(1, &mut start).await {
+            self.engine.counters.unassigned(1);
+            return Done::Stopped;
+        }
         let done = self.attempt_until_done(record, start, None, true).await;
         if matches!(done, Done::Stopped) {
             self.engine.counters.unassigned(1);

@@ -55,7 +55,7 @@ impl<H: Handler> Worker<H> {
             if records.is_empty() {
                 continue;
             }
-            if !self.wait_while_paused().await {
+            if !self.wait_while_paused().await || !self.take_turn(records.len(), &mut None).await {
                 self.engine.counters.unassigned(records.len() as u64);
                 break;
             }

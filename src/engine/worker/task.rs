@@ -113,6 +113,26 @@ impl<H: Handler> Worker<H> {
         resumed
     }
 
+    /// Waits for `records` records' turn under the application's rate
+    /// limit (`ControlHandle::set_rate_limit`), unless the partition is
+    /// stopped first; a wait is not part of the first attempt (`start` is
+    /// cleared). Returns `false` when stopped.
+    pub(super) async fn take_turn(&self, records: usize, start: &mut Option<Instant>) -> bool {
+        let before = Instant::now();
+        let went = (self.state.controls)
+            .acquire(
+                &self.state.topic,
+                self.state.partition,
+                records,
+                &self.state.stop,
+            )
+            .await;
+        if before.elapsed() >= Duration::from_millis(1) {
+            *start = None;
+        }
+        went
+    }
+
     /// Sleeps unless the partition is stopped first. Returns `false` when
     /// stopped.
     pub(super) async fn sleep(&self, delay: Duration) -> bool {
