@@ -139,6 +139,32 @@ impl TestKafka {
         self.owner.as_ref().and_then(|o| o.client().mock_cluster())
     }
 
+    /// Mock broker only: the session timeout and heartbeat interval it
+    /// hands to members of the consumer group protocol (KIP-848,
+    /// `group.protocol=consumer`; librdkafka's mock defaults are 30 s and
+    /// 3 s, so a member that leaves uncleanly is noticed after 30 s).
+    /// Returns `false` on an existing cluster, where the broker's
+    /// `group.consumer.*` settings apply.
+    pub fn set_consumer_group_timings(&self, session_ms: i32, heartbeat_ms: i32) -> bool {
+        let Some(owner) = &self.owner else {
+            return false;
+        };
+        // SAFETY: the pointer is the mock cluster of `owner`, alive while
+        // `owner` is; it is only used during these calls.
+        unsafe {
+            let cluster =
+                rdkafka::bindings::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+            rdkafka::bindings::rd_kafka_mock_set_group_consumer_session_timeout_ms(
+                cluster, session_ms,
+            );
+            rdkafka::bindings::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
+                cluster,
+                heartbeat_ms,
+            );
+        }
+        true
+    }
+
     /// The kit's producer (`linger.ms=2`), for records [`TestRecord`] does
     /// not describe.
     pub fn producer(&self) -> &FutureProducer {
