@@ -34,7 +34,7 @@ impl SuccessPath {
         let instruments = Instruments::new(meter, group, slo);
         SuccessPath {
             partitions: (0..partitions)
-                .map(|p| instruments.partition(topic, p, None, None))
+                .map(|p| instruments.partition(topic, p, None, None, None))
                 .collect(),
             wall: WallClock::new(),
         }

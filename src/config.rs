@@ -10,7 +10,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
 use crate::error::{ConfigError, is_true};
-use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::failure::{OnExhausted, RetryPolicy, StaleSettings, StormGuard};
 use crate::ordering::ProcessingOrder;
 use crate::slo::FreshnessObjective;
 
@@ -68,6 +68,10 @@ pub(crate) struct Settings {
     pub(crate) retry: RetryPolicy,
     pub(crate) on_exhausted: OnExhausted,
     pub(crate) storm_guard: StormGuard,
+    /// The stale-record policy (`None`: every record is handled).
+    pub(crate) stale: Option<StaleSettings>,
+    /// Whether the stale-record policy checks retry-tier records too.
+    pub(crate) stale_retry_tiers: bool,
     pub(crate) handler_timeout: Option<Duration>,
     pub(crate) objectives: Vec<FreshnessObjective>,
     pub(crate) slo_windows: (Duration, Duration),
@@ -90,6 +94,8 @@ pub(crate) struct Settings {
     pub(crate) outputs: Option<crate::output::OutputConfig>,
     /// Take the event age from the origin-time header when present.
     pub(crate) origin_time: bool,
+    /// The pauses set through the control handles.
+    pub(crate) controls: std::sync::Arc<crate::control::Controls>,
 }
 
 /// Settings checked and turned into a librdkafka configuration.
@@ -120,6 +126,8 @@ impl Default for Settings {
             retry: RetryPolicy::default(),
             on_exhausted: OnExhausted::default(),
             storm_guard: StormGuard::default(),
+            stale: None,
+            stale_retry_tiers: false,
             handler_timeout: None,
             objectives: Vec::new(),
             slo_windows: (
@@ -139,6 +147,7 @@ impl Default for Settings {
             batch: None,
             outputs: None,
             origin_time: false,
+            controls: std::sync::Arc::default(),
         }
     }
 }
@@ -295,6 +304,19 @@ impl Settings {
             }
             _ => crate::failure::TierPlan::default(),
         };
+        if let Some(stale) = &self.stale {
+            let mut topics = self.topics.clone();
+            topics.extend(tiers.topics().map(str::to_owned));
+            if let Err(reason) = stale.validate(&topics) {
+                return Err(invalid("max_record_age", reason));
+            }
+            if stale.action.writes() && !self.read_headers {
+                return Err(invalid(
+                    "read_headers",
+                    "stale records written to a topic carry the original record's headers: headers must be read",
+                ));
+            }
+        }
         if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
             return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
         }

@@ -9,7 +9,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 
 use crate::config::{RedactedProperties, Settings};
 use crate::error::{ConfigError, RunError};
-use crate::failure::{OnExhausted, RetryPolicy, StormGuard};
+use crate::failure::{OnExhausted, OnStale, RetryPolicy, StaleSettings, StormGuard};
 use crate::handler::{
     BatchHandler, BatchSettings, Batched, DEFAULT_MAX_BATCH_RECORDS, DEFAULT_MAX_BATCH_WAIT,
     Handler,
@@ -243,6 +243,60 @@ impl<H> FreshConsumer<H> {
         self
     }
 
+    /// Sheds records too old to be worth handling: a record whose event age
+    /// (now minus its event time, as [`EVENT_AGE`](crate::metrics::EVENT_AGE)
+    /// measures it) is above `max_age` when it reaches the handler is not
+    /// handed to the handler; `action` says what happens to it instead
+    /// (skipped, or written to the dead-letter topic or a topic of its own,
+    /// and committed past). Counted in
+    /// [`STALE_MESSAGES`](crate::metrics::STALE_MESSAGES),
+    /// [`RunSummary::records_stale`] and as
+    /// [`SloResult::Stale`](crate::SloResult::Stale) against every
+    /// objective; see [`failure::stale`](crate::failure::stale). Defaults to
+    /// no maximum: every record is handled. A batch handler never sees a
+    /// stale record: it is taken out of the batch, in offset order, before
+    /// the call.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fresh_consumer::{FreshConsumer, OnStale, Record};
+    /// # async fn handle(_r: Record) -> Result<(), std::io::Error> { Ok(()) }
+    /// # async fn run() -> Result<(), fresh_consumer::RunError> {
+    /// FreshConsumer::new(handle)
+    ///     .bootstrap_servers("localhost:9092")
+    ///     .group_id("price-alerts")
+    ///     .topics(["prices"])
+    ///     // A price older than 10 minutes is not worth an alert.
+    ///     .max_record_age(Duration::from_secs(600), OnStale::Topic("prices.stale".into()))
+    ///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidOption`] (option `max_record_age`) from
+    /// [`validate`](Self::validate) and `run_until` for a `max_age` below
+    /// 1 ms (a `Duration` cannot be negative), an empty
+    /// [`OnStale::Topic`] or one the consumer subscribes to; option
+    /// `read_headers` when the record is to be written somewhere and
+    /// [`read_headers(false)`](Self::read_headers) was set.
+    pub fn max_record_age(mut self, max_age: Duration, action: OnStale) -> Self {
+        self.settings.stale = Some(StaleSettings { max_age, action });
+        self
+    }
+
+    /// Whether [`max_record_age`](Self::max_record_age) also applies to
+    /// records read back from a retry tier
+    /// ([`OnExhausted::RetryTopics`](crate::failure::OnExhausted::RetryTopics)).
+    /// Defaults to `false`: a record the handler already took on is handled
+    /// to its end (or dead-lettered by the retry-topic policy), however long
+    /// its retries took. Such a record's age is its original record's. No
+    /// effect without `max_record_age`.
+    pub fn stale_retry_tier_records(mut self, apply: bool) -> Self {
+        self.settings.stale_retry_tiers = apply;
+        self
+    }
+
     /// Adds a freshness objective: its share of records processed within
     /// its threshold is counted exactly in
     /// [`SLO_MESSAGES`](crate::metrics::SLO_MESSAGES), its threshold becomes
@@ -463,6 +517,16 @@ impl<H> FreshConsumer<H> {
         self.settings.health.handle()
     }
 
+    /// A handle that pauses and resumes topics and partitions of the
+    /// consumer while it runs (see [`ControlHandle`](crate::ControlHandle)).
+    /// Get it before calling [`run_until`](Self::run_until); its calls
+    /// return [`ControlError::NotStarted`](crate::ControlError::NotStarted)
+    /// until the run starts and
+    /// [`ControlError::Stopped`](crate::ControlError::Stopped) after it ends.
+    pub fn control_handle(&self) -> crate::control::ControlHandle {
+        self.settings.controls.handle()
+    }
+
     /// The thresholds of the health evaluation. Defaults to
     /// [`HealthThresholds::default`](crate::health::HealthThresholds::default). Every threshold must be more than
     /// zero.
@@ -625,6 +689,8 @@ impl<H> fmt::Debug for FreshConsumer<H> {
             .field("retry", &s.retry)
             .field("on_exhausted", &s.on_exhausted)
             .field("storm_guard", &s.storm_guard)
+            .field("max_record_age", &s.stale)
+            .field("stale_retry_tier_records", &s.stale_retry_tiers)
             .field("handler_timeout", &s.handler_timeout)
             .field("objectives", &s.objectives)
             .field("slo_windows", &s.slo_windows)

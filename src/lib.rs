@@ -71,7 +71,8 @@
 //!   the engine.
 //! - Leaves: `record.rs` ([`Record`] and the one event-time rule),
 //!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`], `summary.rs`,
-//!   `error.rs`.
+//!   `error.rs`, `control.rs` ([`ControlHandle`]: pauses set by the
+//!   application).
 //!
 //! - **Ordering**: records of one partition are handled one at a time, in
 //!   offset order; partitions run concurrently. Opt-in
@@ -103,6 +104,7 @@
 mod clock;
 mod config;
 mod consumer;
+mod control;
 mod engine;
 mod error;
 pub mod failure;
@@ -116,6 +118,8 @@ pub mod output;
 mod record;
 pub mod slo;
 mod summary;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod trace;
 
 /// Not part of the API (no semver promise): the library's own success-path
@@ -130,13 +134,14 @@ pub use config::{
     DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use consumer::FreshConsumer;
+pub use control::{ControlError, ControlHandle, RateLimit};
 pub use error::{ConfigError, RetryTopicsError, RunError};
 pub use failure::dead_letter;
 pub use failure::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
     DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF, DEFAULT_STORM_MAX_FAILURE_RATIO,
     DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
-    Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
+    OnStale, Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
 };
 pub use handler::{
     Batch, BatchError, BatchHandler, Batched, BoxError, DEFAULT_MAX_BATCH_RECORDS,

@@ -9,16 +9,18 @@
 //!   threshold and a result ([`SloResult`]): `good` when the record's handler
 //!   succeeded and its event age was **at most** the threshold (the boundary
 //!   is inclusive, like a Prometheus `le` bucket), `late` when it was more;
-//!   dead-lettered, skipped and timestamp-less records under their own
-//!   results, so the SLO owner decides whether they burn budget;
+//!   dead-lettered, skipped, stale (shed by
+//!   [`max_record_age`](crate::FreshConsumer::max_record_age)) and
+//!   timestamp-less records under their own results, so the SLO owner
+//!   decides whether they burn budget;
 //! - adds the threshold to the event-age histogram's bucket boundaries, so a
 //!   histogram-based SLI is exact too;
 //! - evaluates compliance and burn rate over a short and a long rolling
 //!   window in process ([`HealthSnapshot::objectives`](crate::HealthSnapshot::objectives)),
 //!   and logs a warning while both windows burn budget faster than allowed.
 //!
-//! The in-process burn rate counts `late`, `dead_lettered` and `skipped` as
-//! bad and leaves `no_timestamp` out, like the default SLI of the shipped
+//! The in-process burn rate counts `late`, `dead_lettered`, `skipped` and
+//! `stale` as bad and leaves `no_timestamp` out, like the default SLI of the shipped
 //! Prometheus rules (`deploy/prometheus`).
 
 use std::collections::VecDeque;
@@ -99,21 +101,29 @@ pub enum SloResult {
     DeadLettered,
     /// Given up and committed past (skip policy).
     Skipped,
+    /// Not handled: its event age was above
+    /// [`max_record_age`](crate::FreshConsumer::max_record_age) when it
+    /// reached the handler (skipped or written elsewhere, see
+    /// [`OnStale`](crate::OnStale)). Counted as bad by the in-process
+    /// evaluation: the record was not processed fresh.
+    Stale,
     /// Handler succeeded but the record has no usable event time.
     NoTimestamp,
 }
 
 impl SloResult {
     /// Every result, in attribute order.
-    pub const ALL: [SloResult; 5] = [
+    pub const ALL: [SloResult; 6] = [
         SloResult::Good,
         SloResult::Late,
         SloResult::DeadLettered,
         SloResult::Skipped,
+        SloResult::Stale,
         SloResult::NoTimestamp,
     ];
 
     /// The attribute value: `good`, `late`, `dead_lettered`, `skipped`,
+    /// `stale`,
     /// `no_timestamp`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -121,6 +131,7 @@ impl SloResult {
             SloResult::Late => "late",
             SloResult::DeadLettered => "dead_lettered",
             SloResult::Skipped => "skipped",
+            SloResult::Stale => "stale",
             SloResult::NoTimestamp => "no_timestamp",
         }
     }
@@ -130,7 +141,9 @@ impl SloResult {
     fn is_good(self) -> Option<bool> {
         match self {
             SloResult::Good => Some(true),
-            SloResult::Late | SloResult::DeadLettered | SloResult::Skipped => Some(false),
+            SloResult::Late | SloResult::DeadLettered | SloResult::Skipped | SloResult::Stale => {
+                Some(false)
+            }
             SloResult::NoTimestamp => None,
         }
     }
@@ -161,7 +174,7 @@ pub struct WindowReport {
     /// Good records in the window (or since the start, when the consumer has
     /// run for less than the window).
     pub good: u64,
-    /// Bad records (late, dead-lettered, skipped) in the window.
+    /// Bad records (late, dead-lettered, skipped, stale) in the window.
     pub bad: u64,
     /// `good / (good + bad)`; `None` without records.
     pub compliance: Option<f64>,
@@ -412,10 +425,11 @@ mod tests {
         }
         o.count(SloResult::DeadLettered);
         o.count(SloResult::Skipped);
+        o.count(SloResult::Stale);
         o.count(SloResult::NoTimestamp);
         let rep = &r.reports()[0];
-        assert_eq!((rep.short.good, rep.short.bad), (90, 7));
+        assert_eq!((rep.short.good, rep.short.bad), (90, 8));
         let burn = rep.short.burn_rate.unwrap();
-        assert!((burn - (7.0 / 97.0) / 0.01).abs() < 1e-9, "{burn}");
+        assert!((burn - (8.0 / 98.0) / 0.01).abs() < 1e-9, "{burn}");
     }
 }

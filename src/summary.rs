@@ -15,7 +15,7 @@ pub struct TopicPartition {
 ///
 /// Every record received ends in exactly one of the record counters:
 /// `records_received = records_succeeded + records_dead_lettered +
-/// records_retried + records_skipped + late_completions +
+/// records_retried + records_skipped + records_stale + late_completions +
 /// records_unassigned`, except for
 /// records whose handler was still running when
 /// [`shutdown_timeout`](crate::FreshConsumer::shutdown_timeout) ran out
@@ -49,6 +49,11 @@ pub struct RunSummary {
     /// Records whose attempts ran out and that were given up and committed
     /// past ([`OnExhausted::SkipAndCommitPast`](crate::OnExhausted::SkipAndCommitPast)).
     pub records_skipped: u64,
+    /// Records not handed to the handler because their event age was above
+    /// [`max_record_age`](crate::FreshConsumer::max_record_age): skipped, or
+    /// written to the dead-letter topic or the stale-record topic
+    /// (acknowledged by the broker), and committed past.
+    pub records_stale: u64,
     /// Records librdkafka could not read: their record batch failed the
     /// CRC check (`check.crcs`). They never reach the handler and are not
     /// in `records_received`; the partition moves past them, so they are

@@ -13,6 +13,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ use fresh_consumer::{
 use support::handled::Seen;
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use support::metrics::{InMemory, partition_attrs};
+use support::metrics::partition_attrs;
 use support::run::{start, wait_snapshot};
 use support::wait::{WAIT, wait_until};
 
@@ -125,17 +126,17 @@ async fn batches_hold_one_partition_in_offset_order_up_to_max_records() {
     logs::init();
     let (cluster, topic, group) = TestCluster::with_topic("batch-shape", 3).await;
     cluster.produce_many(&topic, 3, 1_000).await;
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let log = Log::default();
     let run = start(
         cluster
             .batched(&group, &topic, log.handler(|_, _| Ok(())))
             .max_batch_records(100)
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     cluster.wait_committed(&group, &topic, &[1_000; 3]).await;
     let summary = run.stop().await;
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
 
     log.succeeded.assert_exactly_once_in_order(&[1_000; 3]);
     let calls = log.calls();
@@ -161,17 +162,18 @@ async fn batches_hold_one_partition_in_offset_order_up_to_max_records() {
     for p in 0..3 {
         let attrs = partition_attrs(&topic, p, &group);
         let calls_p = calls.iter().filter(|(q, _)| *q == p).count() as u64;
-        let (sum, count) = metrics.histogram_sum_count(BATCH_MESSAGES, &attrs);
+        let batches = metrics.histogram(BATCH_MESSAGES, &attrs);
+        let (sum, count) = (batches.sum, batches.count);
         assert_eq!((sum, count), (1_000.0, calls_p), "{BATCH_MESSAGES} p{p}");
-        let (_, durations) = metrics.histogram_sum_count(PROCESS_DURATION, &attrs);
+        let durations = metrics.histogram(PROCESS_DURATION, &attrs).count;
         assert_eq!(
             durations, calls_p,
             "{PROCESS_DURATION}: once per call, p{p}"
         );
-        let (_, ages) = metrics.histogram_sum_count(EVENT_AGE, &attrs);
+        let ages = metrics.histogram(EVENT_AGE, &attrs).count;
         assert_eq!(ages, 1_000, "{EVENT_AGE}: once per record, p{p}");
     }
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 /// A batch closes once it holds `max_batch_records`, gathering records

@@ -8,6 +8,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -22,7 +23,7 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use rdkafka::producer::FutureRecord;
 use support::kafka::{TestCluster, now_ms, tp, unique};
 use support::logs;
-use support::metrics::{InMemory, otlp_provider, partition_attrs};
+use support::metrics::{otlp_provider, partition_attrs};
 use support::otlp_receiver::{OtlpReceiver, number_points};
 use support::run;
 use support::wait::{wait_for, within};
@@ -178,9 +179,9 @@ impl Cycles {
 
 /// Records of histogram `name` in the latest export of `metrics`, over all
 /// points; 0 when it was never exported.
-fn histogram_count(metrics: &InMemory, name: &str) -> u64 {
+fn histogram_count(metrics: &TestMetrics, name: &str) -> u64 {
     metrics
-        .read(name, |m| match m.data() {
+        .metric(name, |m| match m.data() {
             AggregatedMetrics::F64(MetricData::Histogram(h)) => {
                 h.data_points().map(|p| p.count()).sum()
             }
@@ -208,7 +209,7 @@ async fn a_killed_consumer_stops_exporting_is_dead_and_its_time_lag_grows_with_t
 
     // The consumer runs on a runtime of its own, so it can be killed, and
     // records its metrics into an in-memory reader.
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -219,7 +220,7 @@ async fn a_killed_consumer_stops_exporting_is_dead_and_its_time_lag_grows_with_t
             tokio::time::sleep(Duration::from_millis(10)).await;
             Ok::<(), std::io::Error>(())
         })
-        .meter_provider(&metrics.provider);
+        .meter_provider(metrics.provider());
     rt.spawn(consumer.run());
 
     let (interval, window, stall_after) = (
@@ -247,7 +248,7 @@ async fn a_killed_consumer_stops_exporting_is_dead_and_its_time_lag_grows_with_t
         {}
     })
     .await;
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     let handled_before_kill = histogram_count(&metrics, EVENT_AGE);
     assert!(handled_before_kill > 0, "the consumer exported event ages");
     let killed = Instant::now();
@@ -299,7 +300,7 @@ async fn a_killed_consumer_stops_exporting_is_dead_and_its_time_lag_grows_with_t
 
     // The time lag grows with the clock, one second per second, while the
     // consumer's own metrics stay where the kill left them.
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     let handled_at_dead = histogram_count(&metrics, EVENT_AGE);
     assert!(handled_at_dead >= handled_before_kill);
     assert!(
@@ -337,7 +338,7 @@ async fn a_killed_consumer_stops_exporting_is_dead_and_its_time_lag_grows_with_t
         assert!(b.waiting_for.is_some_and(|w| w >= window), "{b:?}");
     }
     assert_eq!(after.groups[0].diagnosis, Diagnosis::Dead);
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     assert_eq!(
         histogram_count(&metrics, EVENT_AGE),
         handled_at_dead,

@@ -22,7 +22,7 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use support::metrics::InMemory;
+use fresh_consumer::testing::TestMetrics;
 
 fn monitor(cluster: &TestCluster, topic: &str, prefix: &str) -> GroupMonitor {
     let prefix = prefix.to_owned();
@@ -42,10 +42,10 @@ async fn watched(m: &mut Monitor) -> Vec<String> {
 }
 
 /// The consumer groups the latest export of the lag gauge has points for.
-async fn exported_groups(metrics: &InMemory) -> BTreeSet<String> {
-    metrics.flush().await;
+async fn exported_groups(metrics: &TestMetrics) -> BTreeSet<String> {
+    metrics.flush().await.expect("flush the test metrics");
     metrics
-        .read(MONITOR_LAG, |m| match m.data() {
+        .metric(MONITOR_LAG, |m| match m.data() {
             AggregatedMetrics::I64(MetricData::Gauge(g)) => g
                 .data_points()
                 .flat_map(|p| p.attributes())
@@ -64,9 +64,9 @@ async fn discovery_picks_up_new_groups_within_a_cycle_and_drops_gone_ones() {
     cluster.produce_many(&topic, 2, 5).await;
     let prefix = unique("disc");
     let (a, b) = (format!("{prefix}-a"), format!("{prefix}-b"));
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let mut m = monitor(&cluster, &topic, &prefix)
-        .meter(metrics.provider.meter("test"))
+        .meter(metrics.provider().meter("test"))
         .connect()
         .await
         .expect("connect");

@@ -24,7 +24,8 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
 use support::kafka::{TestCluster, now_ms};
-use support::metrics::{Attrs, InMemory, partition_attrs, with};
+use fresh_consumer::testing::TestMetrics;
+use support::metrics::{Attrs, partition_attrs, with};
 use support::otlp_receiver::attrs;
 use support::run::start;
 use support::wait::{WAIT, wait_until};
@@ -62,7 +63,7 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
             .produce_with_headers(&topic, 0, &k, &v, Some(origin + i), &[])
             .await;
     }
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let spans = InMemorySpanExporter::default();
     let tracer = SdkTracerProvider::builder()
         .with_simple_exporter(spans.clone())
@@ -87,7 +88,7 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
         cluster
             .consumer(&group, &topic, handler)
             .outputs(OutputConfig::new().producer_property("linger.ms", "1"))
-            .meter_provider(&metrics.provider)
+            .meter_provider(metrics.provider())
             .tracer_provider(&tracer)
             .trace_propagator(TraceContextPropagator::new()),
     );
@@ -122,7 +123,7 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
             "{traceparent} names a process span: {process_spans:?}"
         );
     }
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the test metrics");
     assert_eq!(
         metrics.counter_total(SENT_MESSAGES, &sent_attrs(&out_topic)),
         5.0
@@ -134,7 +135,7 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
         ),
         0.0
     );
-    metrics.shutdown().await;
+    metrics.shutdown().await.expect("shut the test metrics down");
 }
 
 /// Outputs that the broker does not acknowledge (injected Produce errors,
@@ -170,12 +171,12 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
             Ok::<(), BoxError>(())
         }
     };
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
             .outputs(OutputConfig::new().producer_property("message.timeout.ms", "200"))
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     wait_until(WAIT, "record 0 attempted three times", || async {
         calls.lock().unwrap().get(&0).copied().unwrap_or(0) >= 3
@@ -187,13 +188,13 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
         "nothing is committed while the output is not acknowledged"
     );
     assert_eq!(calls.lock().unwrap().get(&1), None, "record 1 waits");
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the test metrics");
     let failed = metrics.counter_total(
         SENT_MESSAGES,
         &with(&sent_attrs(&out_topic), &[(ERROR_TYPE, "_MSG_TIMED_OUT")]),
     );
     assert!(failed >= 2.0, "failed deliveries counted: {failed}");
-    let (_, failed_attempts) = metrics.histogram_sum_count(
+    let (_, failed_attempts) = sum_count(&metrics, 
         PROCESS_DURATION,
         &with(
             &partition_attrs(&topic, 0, &group),
@@ -218,7 +219,7 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
         calls.lock().unwrap(),
         outs.len()
     );
-    metrics.shutdown().await;
+    metrics.shutdown().await.expect("shut the test metrics down");
 }
 
 /// The idempotent output producer treats OUT_OF_ORDER_SEQUENCE_NUMBER as
@@ -367,13 +368,13 @@ async fn batch_outputs_carry_the_oldest_origin_of_their_batch() {
             Ok::<(), BatchError>(())
         }
     };
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let run = start(
         cluster
             .batched(&group, &topic, handler)
             .max_batch_wait(Duration::from_millis(200))
             .outputs(OutputConfig::new())
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     cluster.wait_committed(&group, &topic, &[6]).await;
     run.stop().await;
@@ -398,12 +399,12 @@ async fn batch_outputs_carry_the_oldest_origin_of_their_batch() {
             "{key}"
         );
     }
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the test metrics");
     assert_eq!(
         metrics.counter_total(SENT_MESSAGES, &sent_attrs(&out_topic)),
         6.0
     );
-    metrics.shutdown().await;
+    metrics.shutdown().await.expect("shut the test metrics down");
 }
 
 /// Three hops with known handler delays (400, 300 and 200 ms): the last
@@ -456,7 +457,7 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
     let origins = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&origins);
     let last = delays[2];
-    let end_to_end = InMemory::new();
+    let end_to_end = TestMetrics::new();
     let hop3 = start(
         cluster
             .consumer(&groups[2], &t3, move |r: Record| {
@@ -470,16 +471,16 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
                 }
             })
             .origin_time(true)
-            .meter_provider(&end_to_end.provider),
+            .meter_provider(end_to_end.provider()),
     );
-    let hop_only = InMemory::new();
+    let hop_only = TestMetrics::new();
     let plain = start(
         cluster
             .consumer(&groups[3], &t3, move |_r: Record| async move {
                 tokio::time::sleep(Duration::from_millis(last)).await;
                 Ok::<(), BoxError>(())
             })
-            .meter_provider(&hop_only.provider),
+            .meter_provider(hop_only.provider()),
     );
     cluster.wait_committed(&groups[2], &t3, &[N as i64]).await;
     cluster.wait_committed(&groups[3], &t3, &[N as i64]).await;
@@ -496,22 +497,20 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
     sources.sort();
     assert_eq!(got, sources, "the last hop reads the source timestamps");
 
-    end_to_end.flush().await;
-    hop_only.flush().await;
+    end_to_end.flush().await.expect("flush the test metrics");
+    hop_only.flush().await.expect("flush the test metrics");
     let origin_age = with(
         &partition_attrs(&t3, 0, &groups[2]),
         &[(TIMESTAMP_TYPE, "origin")],
     );
-    let (min, max, count) = end_to_end
-        .histogram_min_max_count(EVENT_AGE, &origin_age)
+    let (min, max, count) = min_max_count(&end_to_end, EVENT_AGE, &origin_age)
         .expect("end-to-end ages recorded");
     let sum = delays.iter().sum::<u64>() as f64 / 1000.0;
     let plain_age = with(
         &partition_attrs(&t3, 0, &groups[3]),
         &[(TIMESTAMP_TYPE, "create_time")],
     );
-    let (pmin, pmax, _) = hop_only
-        .histogram_min_max_count(EVENT_AGE, &plain_age)
+    let (pmin, pmax, _) = min_max_count(&hop_only, EVENT_AGE, &plain_age)
         .expect("hop ages recorded");
     eprintln!(
         "three hops, delays {delays:?} ms (sum {sum} s): end-to-end age min {min:.3} s max {max:.3} s over {count} records; the last hop's own age min {pmin:.3} s max {pmax:.3} s"
@@ -521,8 +520,8 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
         min >= sum,
         "end-to-end age {min} s is at least the sum of the delays {sum} s"
     );
-    end_to_end.shutdown().await;
-    hop_only.shutdown().await;
+    end_to_end.shutdown().await.expect("shut the test metrics down");
+    hop_only.shutdown().await.expect("shut the test metrics down");
 }
 
 /// With `origin_time(true)`, a record's valid origin header sets its age,
@@ -543,32 +542,30 @@ async fn a_malformed_origin_header_is_counted_and_the_record_handled() {
             .produce_with_headers(&topic, 0, "k", "v", None, h)
             .await;
     }
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let run = start(
         cluster
             .consumer(&group, &topic, |_r: Record| async {
                 Ok::<(), BoxError>(())
             })
             .origin_time(true)
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     cluster.wait_committed(&group, &topic, &[3]).await;
     let summary = run.stop().await;
     assert_eq!(summary.records_succeeded, 3);
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the test metrics");
     let p = partition_attrs(&topic, 0, &group);
     assert_eq!(metrics.counter_total(ORIGIN_TIME_MALFORMED, &p), 1.0);
-    let (min, _, n) = metrics
-        .histogram_min_max_count(EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "origin")]))
+    let (min, _, n) = min_max_count(&metrics, EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "origin")]))
         .expect("origin age");
     assert_eq!(n, 1);
     assert!(min >= 60.0, "{min}");
-    let (_, max, n) = metrics
-        .histogram_min_max_count(EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "create_time")]))
+    let (_, max, n) = min_max_count(&metrics, EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "create_time")]))
         .expect("create-time ages");
     assert_eq!(n, 2);
     assert!(max < 60.0, "{max}");
-    metrics.shutdown().await;
+    metrics.shutdown().await.expect("shut the test metrics down");
 }
 
 /// Bad input gets a typed error: an empty topic name, a handle kept past
@@ -641,4 +638,18 @@ async fn misuse_gets_typed_errors() {
         ),
         "{no_headers:?}"
     );
+}
+
+/// (sum, count) over the points of histogram `name` whose attributes
+/// include `wanted`.
+fn sum_count(metrics: &TestMetrics, name: &str, wanted: &Attrs) -> (f64, u64) {
+    let h = metrics.histogram(name, wanted);
+    (h.sum, h.count)
+}
+
+/// (min, max, count) over the points of f64 histogram `name` whose
+/// attributes include `wanted`; `None` when none recorded a value.
+fn min_max_count(metrics: &TestMetrics, name: &str, wanted: &Attrs) -> Option<(f64, f64, u64)> {
+    let h = metrics.histogram(name, wanted);
+    Some((h.min?, h.max?, h.count)).filter(|_| h.count > 0)
 }

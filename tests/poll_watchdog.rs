@@ -12,6 +12,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ use fresh_consumer::{Record, RunSummary};
 
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use support::metrics::{InMemory, group_attrs};
+use support::metrics::{group_attrs, sum_shape, unit_and_description};
 use support::run::{Running, start};
 use support::wait::{WAIT, wait_until};
 
@@ -55,7 +56,7 @@ fn logged(prefix: &str, topic: &str) -> usize {
 /// record each), group, `max.poll.interval.ms` and metrics, and a
 /// [`blocker`] handler that blocks for `block`.
 struct Watched {
-    metrics: InMemory,
+    metrics: TestMetrics,
     cluster: TestCluster,
     topic: String,
     group: String,
@@ -67,7 +68,7 @@ struct Watched {
 impl Watched {
     async fn start(prefix: &str, max_poll_ms: u64, keys: &[&str], block: Duration) -> Self {
         logs::init();
-        let metrics = InMemory::new();
+        let metrics = TestMetrics::new();
         let cluster = TestCluster::start();
         let topic = cluster.topic(prefix, 1).await;
         let group = unique(&format!("g-{prefix}"));
@@ -80,7 +81,7 @@ impl Watched {
                 .consumer(&group, &topic, blocker(&blocks, block, max_poll_ms))
                 .set("max.poll.interval.ms", max_poll_ms.to_string())
                 .poll_warning_ratio(RATIO)
-                .meter_provider(&metrics.provider),
+                .meter_provider(metrics.provider()),
         );
         Watched {
             metrics,
@@ -102,7 +103,7 @@ impl Watched {
     /// Stops the consumer and exports its metrics.
     async fn stop(self) -> (Finished, RunSummary) {
         let summary = self.run.stop().await;
-        self.metrics.flush().await;
+        self.metrics.flush().await.expect("flush the metrics");
         let finished = Finished {
             warned_while_blocking: self.blocks.warned_while_blocking(),
             metrics: self.metrics,
@@ -116,7 +117,7 @@ impl Watched {
 
 /// What a stopped [`Watched`] consumer left behind.
 struct Finished {
-    metrics: InMemory,
+    metrics: TestMetrics,
     topic: String,
     group: String,
     max_poll_ms: u64,
@@ -140,10 +141,10 @@ impl Finished {
 
     /// The longest poll gap recorded (s) and how many gaps were recorded.
     fn gaps(&self) -> (f64, u64) {
-        let (max, count) = self
+        let gaps = self
             .metrics
-            .histogram_max_count(POLL_INTERVAL, &group_attrs(&self.group));
-        (max.unwrap_or(0.0), count)
+            .histogram(POLL_INTERVAL, &group_attrs(&self.group));
+        (gaps.max.unwrap_or(0.0), gaps.count)
     }
 
     /// The warning threshold (s).
@@ -227,7 +228,7 @@ async fn a_blocked_runtime_is_warned_once_while_it_is_blocked() {
     assert!(max_gap >= BLOCK.as_secs_f64(), "longest gap {max_gap} s");
     assert_eq!(summary.rebalances, 1, "still in the group: {summary:?}");
     assert_eq!(summary.records_succeeded, 2);
-    f.metrics.shutdown().await;
+    let _ = f.metrics.shutdown().await;
 }
 
 /// Two blocks separated by polls are two crossings: two warnings. The
@@ -245,7 +246,7 @@ async fn two_separate_blocks_are_two_warnings() {
     assert_eq!(f.warnings_logged(), 2);
     assert_eq!(f.counters(), (2.0, 0.0), "(warnings, exceeded)");
     assert_eq!(summary.rebalances, 1, "{summary:?}");
-    f.metrics.shutdown().await;
+    let _ = f.metrics.shutdown().await;
 }
 
 /// On a multi-thread runtime the poll loop runs on another worker while a
@@ -265,7 +266,7 @@ async fn a_handler_blocking_one_worker_of_a_multi_thread_runtime_is_not_warned()
         "the loop kept polling: longest gap {max_gap} s"
     );
     assert_eq!(summary.records_succeeded, 2);
-    f.metrics.shutdown().await;
+    let _ = f.metrics.shutdown().await;
 }
 
 /// An idle consumer on an empty topic, for longer than
@@ -303,7 +304,7 @@ async fn an_idle_consumer_is_neither_warned_nor_kicked_out() {
     assert_eq!(logged("partitions lost", &f.topic), 0);
     assert_eq!(logged("partitions revoked", &f.topic), 0);
     assert_eq!(summary.records_succeeded, 1);
-    f.metrics.shutdown().await;
+    let _ = f.metrics.shutdown().await;
 }
 
 /// A handler that blocks the current-thread runtime past
@@ -341,14 +342,14 @@ async fn blocking_past_max_poll_interval_is_counted_once() {
             "Times librdkafka reported max.poll.interval.ms exceeded.",
         ),
     ] {
-        let (got_unit, got_description) = f.metrics.unit_and_description(name).expect(name);
+        let (got_unit, got_description) = unit_and_description(&f.metrics, name).expect(name);
         assert_eq!(got_unit, unit, "{name}");
         assert_eq!(got_description, description, "{name}");
         assert_eq!(
-            f.metrics.sum_shape(name),
+            sum_shape(&f.metrics, name),
             (true, true),
             "{name}: monotonic, cumulative"
         );
     }
-    f.metrics.shutdown().await;
+    let _ = f.metrics.shutdown().await;
 }

@@ -10,6 +10,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::time::Duration;
 
 use fresh_consumer::Record;
@@ -17,7 +18,7 @@ use fresh_consumer::metrics::{PARTITION_RETENTION_ETA, PARTITION_RETENTION_MARGI
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use support::metrics::{Attrs, InMemory, partition_attrs};
+use support::metrics::{Attrs, partition_attrs};
 use support::run;
 use support::wait::wait_for;
 use tokio_util::sync::CancellationToken;
@@ -25,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The value of gauge `name`'s point with exactly `attrs`, if exported.
-fn gauge(metrics: &InMemory, name: &str, attrs: &Attrs) -> Option<f64> {
+fn gauge(metrics: &TestMetrics, name: &str, attrs: &Attrs) -> Option<f64> {
     metrics
-        .read(name, |m| {
+        .metric(name, |m| {
             let values: Vec<f64> = match m.data() {
                 AggregatedMetrics::I64(MetricData::Gauge(g)) => g
                     .data_points()
@@ -68,7 +69,7 @@ async fn the_margin_shrinks_with_an_estimate_before_records_are_lost() {
     cluster.produce_bulk(&topic, 0, 40, 100_000).await;
     cluster.commit_offset(&group, &topic, 0, 30).await;
 
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let release = CancellationToken::new();
     let handler = {
         let release = release.clone();
@@ -84,7 +85,7 @@ async fn the_margin_shrinks_with_an_estimate_before_records_are_lost() {
         cluster
             .consumer(&group, &topic, handler)
             .statistics_interval(Duration::from_millis(100))
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     let p0 = partition_attrs(&topic, 0, &group);
 
@@ -100,7 +101,7 @@ async fn the_margin_shrinks_with_an_estimate_before_records_are_lost() {
             WAIT,
             &format!("the margin gauge at 30 - {lo} (step {step})"),
             || async {
-                metrics.flush().await;
+                metrics.flush().await.expect("flush the metrics");
                 gauge(&metrics, PARTITION_RETENTION_MARGIN, &p0)
             },
             |m| *m == Some((30 - lo) as f64),

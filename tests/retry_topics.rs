@@ -13,6 +13,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
 
 use support::dead_letters;
 use support::kafka::{TestCluster, now_ms, unique};
-use support::metrics::{InMemory, partition_attrs, with};
+use support::metrics::{partition_attrs, with};
 use support::run::start;
 use support::wait::{WAIT, wait_until};
 
@@ -390,16 +391,16 @@ async fn the_event_age_of_a_retried_record_counts_from_its_original_time() {
     let s = setup("rt-age", 1, &policy, now_ms()).await;
     let calls = Calls::default();
     let handler = calls.handler(|_, n| (n <= 2).then(|| "not yet".into()));
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let run = start(
         s.cluster
             .consumer(&s.group, &s.topic, handler)
             .on_exhausted(OnExhausted::RetryTopics(policy))
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     s.cluster.wait_committed(&s.group, &s.tiers[1], &[1]).await;
     run.stop().await;
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     let c = calls.of("p-0");
     assert_eq!(c.len(), 3);
     assert_eq!(c[2].topic, s.tiers[1]);
@@ -407,7 +408,8 @@ async fn the_event_age_of_a_retried_record_counts_from_its_original_time() {
         &partition_attrs(&s.tiers[1], 0, &s.group),
         &[(TIMESTAMP_TYPE, "create_time"), (RETRY_TIER, "2")],
     );
-    let (max, count) = metrics.histogram_max_count(EVENT_AGE, &tier2);
+    let ages = metrics.histogram(EVENT_AGE, &tier2);
+    let (max, count) = (ages.max, ages.count);
     assert_eq!(count, 1);
     let age = max.unwrap();
     let sum: f64 = delays.iter().map(Duration::as_secs_f64).sum();
@@ -424,7 +426,7 @@ async fn the_event_age_of_a_retried_record_counts_from_its_original_time() {
         metrics.counter_total(RETRY_MESSAGES, &with(&tier1, &[(RETRY_TIER, "2")])),
         1.0
     );
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 /// Spring Kafka's `kafka_dlt-original-*` headers on a source record (a
@@ -476,12 +478,12 @@ async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native
         "p-2" => Some(permanent("malformed")),
         _ => (n == 1).then(|| "fails once".into()),
     });
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let run = start(
         s.cluster
             .consumer(&s.group, &s.topic, handler)
             .on_exhausted(OnExhausted::RetryTopics(policy))
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     s.cluster.wait_committed(&s.group, &s.topic, &[5]).await;
     s.cluster.wait_committed(&s.group, &s.tiers[0], &[4]).await;
@@ -490,7 +492,7 @@ async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native
     })
     .await;
     run.stop().await;
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
 
     let index = |r: &Record| -> usize {
         String::from_utf8_lossy(r.payload().unwrap())[2..]
@@ -555,7 +557,7 @@ async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native
         &[(TIMESTAMP_TYPE, "create_time"), (RETRY_TIER, "1")],
     );
     let (min, max, count) = metrics
-        .read(EVENT_AGE, |m| {
+        .metric(EVENT_AGE, |m| {
             let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else {
                 panic!("{EVENT_AGE} is not an f64 histogram");
             };
@@ -577,7 +579,7 @@ async fn spring_headers_on_a_source_record_do_not_change_its_origin_under_native
         (3_600.0..3_900.0).contains(&min) && (3_600.0..3_900.0).contains(&max),
         "event age {min:.1} .. {max:.1} s, want about 3,600 s"
     );
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 /// Every Produce request is refused while the poison record is to be moved

@@ -19,6 +19,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +37,6 @@ use tokio_util::sync::CancellationToken;
 
 use support::kafka::TestCluster;
 use support::logs;
-use support::metrics::InMemory;
 use support::run::{start, wait_snapshot};
 use support::wait::WAIT;
 
@@ -70,7 +70,7 @@ async fn a_consumer_keeping_up_is_healthy_for_the_whole_run_and_a_stall_is_still
     logs::init();
     let (busy1, idle, busy2) = phases();
     let (cluster, topic, group) = TestCluster::with_topic("steady", PARTITIONS).await;
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
 
     // The handler: 1-3 ms, or hanging on partition HUNG while `hang` is set.
     let hang = Arc::new(AtomicBool::new(false));
@@ -105,7 +105,7 @@ async fn a_consumer_keeping_up_is_healthy_for_the_whole_run_and_a_stall_is_still
                     .with_stall_after(stall_after)
                     .with_no_success_after(stall_after),
             )
-            .meter_provider(&metrics.provider),
+            .meter_provider(metrics.provider()),
     );
     wait_snapshot(&run.health, WAIT, "every partition assigned", |s| {
         s.state == ConsumerState::Running && s.partitions.len() == PARTITIONS as usize
@@ -189,7 +189,7 @@ async fn a_consumer_keeping_up_is_healthy_for_the_whole_run_and_a_stall_is_still
         while Instant::now() < until {
             tokio::time::sleep_until((Instant::now() + Duration::from_secs(2)).min(until).into())
                 .await;
-            metrics.flush().await;
+            metrics.flush().await.expect("flush the metrics");
             let (points, bad) = status_not_ok(&metrics);
             status_points += points;
             for b in bad {
@@ -278,14 +278,14 @@ async fn a_consumer_keeping_up_is_healthy_for_the_whole_run_and_a_stall_is_still
     stop.cancel();
     producer_task.await.unwrap();
     run.stop().await;
-    metrics.shutdown().await;
+    let _ = metrics.shutdown().await;
 }
 
 /// (points read, `topic:partition=status` of each partition whose current
 /// status is not `ok`) from the latest export of the status gauge.
-fn status_not_ok(metrics: &InMemory) -> (u64, Vec<String>) {
+fn status_not_ok(metrics: &TestMetrics) -> (u64, Vec<String>) {
     metrics
-        .read(PARTITION_STATUS, |m| {
+        .metric(PARTITION_STATUS, |m| {
             let AggregatedMetrics::I64(MetricData::Gauge(g)) = m.data() else {
                 panic!("{PARTITION_STATUS} is an i64 gauge: {:?}", m.data());
             };

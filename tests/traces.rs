@@ -10,6 +10,7 @@
 
 mod support;
 
+use fresh_consumer::testing::TestMetrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use support::dead_letters;
 use support::kafka::{TestCluster, now_ms};
 use support::logs;
-use support::metrics::{InMemory, partition_attrs};
+use support::metrics::partition_attrs;
 use support::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use support::run::start;
 use tracing_subscriber::layer::SubscriberExt;
@@ -307,7 +308,7 @@ async fn a_failed_then_succeeded_record_shows_two_attempts_with_their_statuses()
 async fn a_malformed_traceparent_is_counted_and_the_record_handled() {
     logs::init();
     let (receiver, provider) = wire().await;
-    let metrics = InMemory::new();
+    let metrics = TestMetrics::new();
     let tracer = provider.tracer("producer");
     let (cluster, topic, group) = TestCluster::with_topic("traces-malformed", 1).await;
     // Offset 0: not a traceparent; 1: not UTF-8; 2: valid; 3: no header.
@@ -337,7 +338,7 @@ async fn a_malformed_traceparent_is_counted_and_the_record_handled() {
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
-            .meter_provider(&metrics.provider)
+            .meter_provider(metrics.provider())
             .tracer_provider(&provider)
             .trace_propagator(TraceContextPropagator::new()),
     );
@@ -345,7 +346,7 @@ async fn a_malformed_traceparent_is_counted_and_the_record_handled() {
     run.stop().await;
     assert_eq!(*handled.lock().unwrap(), vec![0, 1, 2, 3]);
 
-    metrics.flush().await;
+    metrics.flush().await.expect("flush the metrics");
     assert_eq!(
         metrics.counter_total(TRACE_CONTEXT_MALFORMED, &partition_attrs(&topic, 0, &group)),
         2.0,

@@ -14,7 +14,8 @@ Usage (from anywhere):
 
 `--bad` names the values of `fresh_consumer.slo.result` that count against
 the objective (comma-separated, `late` required). The default,
-`late,dead_lettered,skipped`, counts records that were given up as bad;
+`late,dead_lettered,skipped,stale`, counts records that were given up or
+shed as too old (`max_record_age`) as bad;
 `no_timestamp` can be added too. Records whose result is not in `--bad` and
 is not `good` are left out of the SLI entirely.
 """
@@ -29,8 +30,8 @@ OUTPUT = HERE / "fresh-consumer-slo.rules.yml"
 # The SLI windows: the short and long windows of the four burn-rate alerts
 # (5m/1h, 30m/6h, 2h/1d, 6h/3d).
 WINDOWS = ["5m", "30m", "1h", "2h", "6h", "1d", "3d"]
-RESULTS = ["good", "late", "dead_lettered", "skipped", "no_timestamp"]
-DEFAULT_BAD = ["late", "dead_lettered", "skipped"]
+RESULTS = ["good", "late", "dead_lettered", "skipped", "stale", "no_timestamp"]
+DEFAULT_BAD = ["late", "dead_lettered", "skipped", "stale"]
 
 COUNTER = "fresh_consumer_slo_messages_total"
 GROUP = "messaging_consumer_group_name"

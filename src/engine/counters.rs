@@ -19,6 +19,8 @@ pub(crate) struct Counters {
     /// Records moved to a retry tier.
     pub(crate) retried: AtomicU64,
     pub(crate) skipped: AtomicU64,
+    /// Records shed by the stale-record policy.
+    pub(crate) stale: AtomicU64,
     pub(crate) unassigned: AtomicU64,
     /// Records librdkafka could not read (skipped, never delivered).
     pub(crate) unreadable: AtomicU64,
@@ -78,6 +80,7 @@ impl Counters {
             records_dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             records_retried: self.retried.load(Ordering::Relaxed),
             records_skipped: self.skipped.load(Ordering::Relaxed),
+            records_stale: self.stale.load(Ordering::Relaxed),
             records_unassigned: self.unassigned.load(Ordering::Relaxed),
             records_unreadable: self.unreadable.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),

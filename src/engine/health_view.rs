@@ -84,6 +84,10 @@ impl PartitionView for PartitionState {
         self.held.load(Ordering::Acquire) > 0
     }
 
+    fn paused_by_application(&self) -> bool {
+        self.controls.is_paused(&self.topic, self.partition)
+    }
+
     fn blocked_since_ms(&self) -> Option<i64> {
         match self.blocked_since.load(Ordering::Acquire) {
             0 => None,

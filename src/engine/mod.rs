@@ -67,6 +67,15 @@ use poll::{PollLoop, Stop};
 use shared::{Engine, EngineSettings};
 use watchdog::{IDLE_POLL_TICK, PollClock};
 
+/// Ends the control handles' run when the run ends, however it ends.
+struct ControlsGuard(Arc<crate::control::Controls>);
+
+impl Drop for ControlsGuard {
+    fn drop(&mut self) {
+        self.0.stopped();
+    }
+}
+
 /// A thread of the engine could not be started.
 fn thread_error(e: std::io::Error) -> RunError {
     RunError::Thread(e)
@@ -118,15 +127,33 @@ where
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
+    let new_writer = |config: &crate::failure::DeadLetter| {
+        let producer_config = DeadLetterWriter::producer_config(&properties, config);
+        DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
+            .map_err(RunError::Client)
+    };
     let dead_letter = match dead_letter_config {
-        Some(config) => {
-            let producer_config = DeadLetterWriter::producer_config(&properties, config);
-            Some(
-                DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
-                    .map_err(RunError::Client)?,
-            )
-        }
+        Some(config) => Some(new_writer(config)?),
         _ => None,
+    };
+    // Stale records written elsewhere share the dead-letter producer; with
+    // no dead-letter policy they get one of their own, with the default
+    // dead-letter configuration (`<topic>.dlt`, the library's headers).
+    let stale = match &settings.stale {
+        Some(s) => {
+            let writer = if s.action.writes() && dead_letter.is_none() {
+                let config = crate::failure::DeadLetter::default();
+                Some(new_writer(&config)?)
+            } else {
+                None
+            };
+            Some(crate::failure::Stale::new(
+                s,
+                settings.stale_retry_tiers,
+                writer,
+            ))
+        }
+        None => None,
     };
     let outputs = match &settings.outputs {
         Some(config) => {
@@ -169,6 +196,7 @@ where
             settings.storm_guard.clone(),
             instruments.clone(),
         )),
+        stale,
         assignment,
         counters,
         instruments,
@@ -181,6 +209,7 @@ where
         ctrl_tx,
         trace: trace.clone(),
         outputs,
+        controls: Arc::clone(&settings.controls),
     });
     let ctx = Ctx {
         engine: Arc::clone(&engine),
@@ -206,6 +235,11 @@ where
         .chain(validated.tiers.topics())
         .collect();
     consumer.subscribe(&topics).map_err(RunError::Client)?;
+    // The control handles work from here on, and refuse once the run ends.
+    settings
+        .controls
+        .started(topics.iter().map(|t| (*t).to_owned()).collect());
+    let _controls_run = ControlsGuard(Arc::clone(&settings.controls));
 
     let committer = {
         let consumer = Arc::clone(&consumer);

@@ -73,6 +73,8 @@ pub(crate) struct PartitionState {
     /// partition is paused ([`Ctrl::Hold`]) while it is above 0, and health
     /// does not count the wait as a stall.
     pub(crate) held: AtomicUsize,
+    /// The pauses set by the application, read by health.
+    pub(crate) controls: Arc<crate::control::Controls>,
 }
 
 impl PartitionState {

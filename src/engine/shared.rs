@@ -16,7 +16,7 @@ use crate::engine::counters::Counters;
 use crate::engine::offset_reset::Resets;
 use crate::engine::partition::PartitionState;
 use crate::engine::watchdog::PollClock;
-use crate::failure::{Exhausted, RetryPolicy};
+use crate::failure::{Exhausted, RetryPolicy, Stale};
 use crate::handler::BatchSettings;
 use crate::health::hub::HealthHub;
 use crate::metrics::instruments::Instruments;
@@ -60,6 +60,8 @@ pub(crate) struct Engine {
     pub(crate) counters: Arc<Counters>,
     pub(crate) committer: Arc<Committer>,
     pub(crate) exhausted: Arc<Exhausted>,
+    /// The stale-record policy (`None`: every record is handled).
+    pub(crate) stale: Option<Stale>,
     pub(crate) instruments: Instruments,
     pub(crate) poll_clock: Arc<PollClock>,
     /// Wall-clock time for event ages, derived from `Instant` reads.
@@ -75,4 +77,6 @@ pub(crate) struct Engine {
     pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
     /// The producer of handler outputs (`None`: outputs off, the default).
     pub(crate) outputs: Option<Arc<crate::output::OutputProducer>>,
+    /// The pauses set by the application (`ControlHandle`).
+    pub(crate) controls: Arc<crate::control::Controls>,
 }

@@ -180,6 +180,12 @@ impl Exhausted {
             .map(|w| w.topic_for(self.source_of(topic)))
     }
 
+    /// The dead-letter writer, with [`OnExhausted::DeadLetter`] and
+    /// [`OnExhausted::RetryTopics`].
+    pub(crate) fn writer(&self) -> Option<&DeadLetterWriter> {
+        self.dead_letter.as_ref()
+    }
+
     /// The retry-topic policy, if that is the policy.
     pub(crate) fn retry_topics(&self) -> Option<&RetryTopics> {
         match &self.on_exhausted {

@@ -24,12 +24,18 @@
 //!   acknowledged the write; the same consumer handles it again from the
 //!   tier no earlier than its due time, and after the last tier it is
 //!   dead-lettered ([`RetryTopics`]).
+//!
+//! A record that is too old to be worth handling never reaches the handler
+//! with a stale-record policy ([`OnStale`], set with
+//! [`FreshConsumer::max_record_age`](crate::FreshConsumer::max_record_age)):
+//! see [`stale`].
 
 pub mod dead_letter;
 mod exhausted;
 pub(crate) mod producer;
 mod retry;
 mod retry_topics;
+pub mod stale;
 
 pub use dead_letter::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter, DeadLetterHeaders};
 pub(crate) use dead_letter::{inherited as inherited_by_producers, weakens_delivery};
@@ -45,3 +51,5 @@ pub use retry::{
 };
 pub(crate) use retry_topics::TierPlan;
 pub use retry_topics::{DEFAULT_RETRY_TOPIC_SUFFIX, RetryTopics, TierNaming};
+pub use stale::OnStale;
+pub(crate) use stale::{Stale, StaleSettings};

@@ -196,6 +196,8 @@ struct Inputs {
     failed: bool,
     /// The head of the line waits for its due time (a retry tier).
     due_wait: bool,
+    /// The application paused the partition.
+    paused: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,9 +247,14 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds, noise: D
     }
     // A retry tier's record waiting for its due time is what the partition
     // is meant to do: the stall clock does not run meanwhile.
-    if i.due_wait {
+    // So is a partition the application paused; its lag may grow
+    // meanwhile without a warning.
+    if i.due_wait || i.paused {
         tr.last_progress = now;
         tr.due_wait_at = Some(now);
+    }
+    if i.paused {
+        tr.samples.clear();
     }
     let ahead = matches!((i.processed, i.base), (Some(p), Some(b)) if p > b);
     let ahead_since = if ahead {
@@ -283,7 +290,11 @@ fn judge(tr: &mut Track, i: Inputs, now: Instant, t: &HealthThresholds, noise: D
         None => Duration::ZERO,
     };
     let stalled_for = uncommitted_for.max(frozen_for);
-    let growth = tr.growth(now, i.base, i.end, lag, t.lag_growth_window, noise);
+    let growth = if i.paused {
+        None
+    } else {
+        tr.growth(now, i.base, i.end, lag, t.lag_growth_window, noise)
+    };
     let rewind = tr
         .rewind
         .filter(|r| now.saturating_duration_since(r.at) < t.lag_growth_window);
@@ -393,6 +404,7 @@ pub(crate) fn evaluate_one(
             end,
             failed: h.is_failed(),
             due_wait: view.waiting_for_due_time(),
+            paused: view.paused_by_application(),
         },
         now,
         t,
@@ -521,6 +533,9 @@ impl Evaluated {
         }
         if let Some(duration) = self.blocked_for {
             out.push(HealthReason::BlockedByFailingRecord { duration });
+        }
+        if self.view.paused_by_application() {
+            out.push(HealthReason::PausedByApplication);
         }
         out
     }

@@ -127,6 +127,12 @@ pub enum HealthReason {
         /// Since the partition became blocked.
         duration: Duration,
     },
+    /// The application paused the partition (or its topic) through a
+    /// [`ControlHandle`](crate::ControlHandle): its records wait on purpose,
+    /// so it is neither stalled nor short of successes however long the
+    /// pause lasts, and its lag may grow without a warning. Healthy: the
+    /// partition reads `ok` with this reason.
+    PausedByApplication,
     /// The lag grew over the whole window while commits advanced
     /// ([`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn)): at every sample (eight per
     /// [`HealthThresholds::lag_growth_window`](crate::health::HealthThresholds::lag_growth_window)) the lag was above zero
@@ -271,6 +277,7 @@ impl HealthReason {
             | BrokersUnreachable { .. }
             | NotStarted
             | NotJoined { .. } => HealthStatus::Degraded,
+            PausedByApplication => HealthStatus::Healthy,
         }
     }
 }
@@ -303,6 +310,7 @@ impl fmt::Display for HealthReason {
             BlockedByFailingRecord { duration } => {
                 write!(f, "blocked by a failing record for {}", Secs(*duration))
             }
+            PausedByApplication => f.write_str("paused by the application"),
             LagGrowing { from, to, over } => write!(
                 f,
                 "lag grew from {from} to {to} records over {}",

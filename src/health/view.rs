@@ -54,6 +54,12 @@ pub(crate) trait PartitionView: Send + Sync {
     fn waiting_for_due_time(&self) -> bool {
         false
     }
+
+    /// Whether the application paused the partition (a control handle):
+    /// not a stall either, and reported as such.
+    fn paused_by_application(&self) -> bool {
+        false
+    }
 }
 
 /// The running engine, as health sees it.

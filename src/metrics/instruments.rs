@@ -32,6 +32,7 @@ pub(crate) struct Instruments {
     retries: Counter<u64>,
     dead_letter: Counter<u64>,
     skipped: Counter<u64>,
+    stale: Counter<u64>,
     blocked: Gauge<u64>,
     sent: Counter<u64>,
     retry_messages: Counter<u64>,
@@ -173,6 +174,11 @@ impl Instruments {
                 "{message}",
                 "Records given up and committed past after their attempts ran out (skip policy).",
             ),
+            stale: counter(
+                STALE_MESSAGES,
+                "{message}",
+                "Records not handled because their event age was above the maximum record age.",
+            ),
             blocked: meter
                 .u64_gauge(PARTITION_BLOCKED)
                 .with_unit("1")
@@ -220,6 +226,7 @@ impl Instruments {
         partition: i32,
         dead_letter_topic: Option<&str>,
         retry: Option<PartitionRetry<'_>>,
+        stale: Option<PartitionStale<'_>>,
     ) -> PartitionInstruments {
         let mut base = vec![
             KeyValue::new(MESSAGING_SYSTEM, "kafka"),
@@ -316,6 +323,18 @@ impl Instruments {
                 ]
                 .into();
                 (dlq, sent)
+            }),
+            stale: stale.map(|st| {
+                let counted = with(&[KeyValue::new(STALE_ACTION, st.action)]);
+                let sent = st.topic.map(|t| -> Box<[KeyValue]> {
+                    [
+                        KeyValue::new(MESSAGING_SYSTEM, "kafka"),
+                        KeyValue::new(MESSAGING_DESTINATION_NAME, t.to_owned()),
+                        KeyValue::new(MESSAGING_OPERATION_NAME, "send"),
+                    ]
+                    .into()
+                });
+                (counted, sent)
             }),
             retry_tiers: retry
                 .map(|r| {
@@ -495,12 +514,23 @@ impl Lazy<Counter<u64>, BoundCounter<u64>> {
 struct SloAttrs {
     index: usize,
     threshold_s: f64,
-    counters: [Lazy<Counter<u64>, BoundCounter<u64>>; 5],
+    counters: [Lazy<Counter<u64>, BoundCounter<u64>>; SloResult::ALL.len()],
 }
 
 /// (partition attributes + dead-letter topic, attributes of the sends to the
 /// dead-letter topic).
 type DeadLetterAttrs = (Box<[KeyValue]>, Box<[KeyValue]>);
+/// (partition attributes + the stale action, the sends' attributes when
+/// stale records are written).
+type StaleAttrs = (Box<[KeyValue]>, Option<Box<[KeyValue]>>);
+
+/// A partition's stale-record policy, for its attributes.
+pub(crate) struct PartitionStale<'a> {
+    /// The [`STALE_ACTION`] value.
+    pub(crate) action: &'static str,
+    /// Where its stale records are written, when they are.
+    pub(crate) topic: Option<&'a str>,
+}
 
 /// A partition's place under the retry-topic policy, for its attributes.
 pub(crate) struct PartitionRetry<'a> {
@@ -538,6 +568,10 @@ pub(crate) struct PartitionInstruments {
     /// Per tier (tier 1 first): (partition attributes + the tier written
     /// to, attributes of the sends to the tier topic).
     retry_tiers: Vec<DeadLetterAttrs>,
+    /// With a stale-record policy: (partition attributes + the action,
+    /// attributes of the sends to the stale records' topic when they are
+    /// written).
+    stale: Option<StaleAttrs>,
 }
 
 impl PartitionInstruments {
@@ -602,6 +636,31 @@ impl PartitionInstruments {
     pub(crate) fn skipped(&self) {
         self.i.skipped.add(1, &self.base);
         self.slo(|_| SloResult::Skipped);
+    }
+
+    /// A stale record was shed: skipped, or written (`error`: `None` when
+    /// the broker acknowledged the write, else the error name, and nothing
+    /// is counted but the failed send).
+    pub(crate) fn stale(&self, error: Option<String>) {
+        let Some((counted, sent)) = &self.stale else {
+            return;
+        };
+        match error {
+            None => {
+                self.i.stale.add(1, counted);
+                if let Some(sent) = sent {
+                    self.i.sent.add(1, sent);
+                }
+                self.slo(|_| SloResult::Stale);
+            }
+            Some(e) => {
+                if let Some(sent) = sent {
+                    let mut attrs = sent.to_vec();
+                    attrs.push(KeyValue::new(ERROR_TYPE, e));
+                    self.i.sent.add(1, &attrs);
+                }
+            }
+        }
     }
 
     /// Counts a finished record against every objective of the partition.

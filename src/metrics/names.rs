@@ -194,6 +194,22 @@ pub const DEAD_LETTER_MESSAGES: &str = "fresh_consumer.dead_letter.messages";
 /// | counter (u64) | `{message}` | partition attributes |
 pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
 
+/// Stale records: records whose event age was above
+/// [`max_record_age`](crate::FreshConsumer::max_record_age) when they
+/// reached the handler, and that were not handed to it (see
+/// [`failure::stale`](crate::failure::stale)). A skipped record is counted
+/// when it is committable; a written one once the broker acknowledged the
+/// write (its sends are in [`SENT_MESSAGES`] too).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes, [`STALE_ACTION`] |
+///
+/// Each is also counted against every freshness objective of its topic as
+/// `stale` ([`SLO_MESSAGES`]), and in
+/// [`RunSummary::records_stale`](crate::RunSummary::records_stale).
+pub const STALE_MESSAGES: &str = "fresh_consumer.stale.messages";
+
 /// Records whose trace-context headers (the propagator's fields:
 /// `traceparent`, `tracestate` for W3C) are present but yield no valid
 /// context: an unparsable `traceparent`, a value that is not UTF-8. The
@@ -219,7 +235,7 @@ pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 /// `messaging.client.sent.messages`): handler outputs
 /// ([`FreshConsumer::outputs`](crate::FreshConsumer::outputs)), counted
 /// when the broker answered (or librdkafka refused to queue one), and the
-/// dead-letter and retry-tier writes.
+/// dead-letter, retry-tier and stale-record writes.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -561,6 +577,10 @@ pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
 /// [`RETRY_MESSAGES`]. At most as many values as tiers.
 pub const RETRY_TIER: &str = "fresh_consumer.retry.tier";
 
+/// Attribute `fresh_consumer.stale.action`: what happened to a stale record,
+/// `skip`, `dead_letter` or `topic` ([`OnStale`](crate::OnStale)).
+pub const STALE_ACTION: &str = "fresh_consumer.stale.action";
+
 /// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.
 pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
 
@@ -576,7 +596,7 @@ pub const DEAD_LETTER_TOPIC: &str = "fresh_consumer.dead_letter.topic";
 /// applies to its topic: `good` when its event age was at most the threshold
 /// (inclusive), `late` otherwise, `no_timestamp` without a usable event
 /// time. Dead-lettered and skipped records count as `dead_lettered` and
-/// `skipped`. A record redelivered after a rebalance counts again. Every
+/// `skipped`, records shed by the stale-record policy as `stale`. A record redelivered after a rebalance counts again. Every
 /// result is exported at 0 from the partition's assignment on, so a ratio
 /// such as `good / (good + late)` reads 0, not empty, before the first good
 /// record.
@@ -586,7 +606,7 @@ pub const SLO_MESSAGES: &str = "fresh_consumer.slo.messages";
 /// seconds, shortest decimal form (`30`, `0.25`).
 pub const SLO_THRESHOLD: &str = "fresh_consumer.slo.threshold";
 /// Attribute `fresh_consumer.slo.result`: `good`, `late`, `dead_lettered`,
-/// `skipped` or `no_timestamp` (see [`SloResult`](crate::slo::SloResult)).
+/// `skipped`, `stale` or `no_timestamp` (see [`SloResult`](crate::slo::SloResult)).
 pub const SLO_RESULT: &str = "fresh_consumer.slo.result";
 
 /// Attribute `messaging.system`: always `kafka`.

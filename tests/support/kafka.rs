@@ -10,9 +10,9 @@ mod names;
 use std::fmt::Debug;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fresh_consumer::testing::TestKafka;
 use fresh_consumer::{BatchHandler, Batched, FreshConsumer, Handler, RunSummary, TopicPartition};
 
-use super::dead_letters;
 use super::wait::{WAIT, wait_for};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -21,16 +21,20 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::ToBytes;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{
-    BaseProducer, DefaultProducerContext, DeliveryFuture, FutureProducer, FutureRecord, Producer,
+    DefaultProducerContext, DeliveryFuture, FutureProducer, FutureRecord, Producer,
 };
 use rdkafka::{Offset, TopicPartitionList};
 
 /// The environment variable naming a real cluster's bootstrap servers.
 pub const BOOTSTRAP_ENV: &str = "FRESH_CONSUMER_TEST_BOOTSTRAP";
 
+/// The library's test kit (`fresh_consumer::testing::TestKafka`) with what
+/// these tests add: a real cluster from [`BOOTSTRAP_ENV`], panics instead of
+/// errors, and the reads and writes of the fault and retention tests.
 pub struct TestCluster {
-    /// Owns the mock cluster (`None` on a real cluster).
-    owner: Option<BaseProducer>,
+    /// The mock broker (or the real cluster): starts and owns it, creates
+    /// topics on the mock, reads topics back, sets the mock's group timings.
+    kafka: TestKafka,
     producer: FutureProducer,
     bootstrap: String,
     real: bool,
@@ -110,35 +114,22 @@ impl TestCluster {
                 .create()
                 .expect("producer for the real cluster");
             return TestCluster {
-                owner: None,
+                kafka: TestKafka::connect(&bootstrap).expect("the real cluster"),
                 producer,
                 bootstrap,
                 real: true,
             };
         }
-        // This client owns the mock cluster: `test.mock.num.brokers` makes
-        // librdkafka start one in-process.
-        let owner: BaseProducer = ClientConfig::new()
-            .set("test.mock.num.brokers", brokers.to_string())
-            .create()
-            .expect("mock cluster");
-        let bootstrap = owner
-            .client()
-            .mock_cluster()
-            .expect("mock cluster handle")
-            .bootstrap_servers();
-        unsafe {
-            let ptr = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-            // The first join otherwise waits group.initial.rebalance.delay.ms = 3 s.
-            rdkafka_sys::rd_kafka_mock_group_initial_rebalance_delay_ms(ptr, 0);
-        }
+        // The mock broker, with the first join of a group not delayed.
+        let kafka = TestKafka::start_with_brokers(brokers).expect("mock cluster");
+        let bootstrap = kafka.bootstrap_servers().to_owned();
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &bootstrap)
             .set("linger.ms", "2")
             .create()
             .expect("producer");
         TestCluster {
-            owner: Some(owner),
+            kafka,
             producer,
             bootstrap,
             real: false,
@@ -178,7 +169,7 @@ impl TestCluster {
 
     /// The mock cluster, for fault injection; `None` on a real cluster.
     pub fn mock(&self) -> Option<MockCluster<'_, DefaultProducerContext>> {
-        self.owner.as_ref().and_then(|o| o.client().mock_cluster())
+        self.kafka.mock_cluster()
     }
 
     /// Creates a topic with a unique name and returns the name.
@@ -204,8 +195,11 @@ impl TestCluster {
     /// topic configs (`retention.ms=-1` unless `configs` sets it). The mock
     /// broker takes no topic configs: they are ignored there.
     pub async fn create_topic_with(&self, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-        if let Some(m) = self.mock() {
-            m.create_topic(name, partitions, 1).expect("create topic");
+        if !self.real {
+            self.kafka
+                .create_topic(name, partitions)
+                .await
+                .expect("create topic");
             return;
         }
         let admin = self.admin();
@@ -556,15 +550,8 @@ impl TestCluster {
     /// heartbeat interval the broker hands to members (defaults 30 s / 3 s).
     /// Returns `false` on a real cluster, where the broker's settings apply.
     pub fn set_consumer_group_timings(&self, session_ms: i32, heartbeat_ms: i32) -> bool {
-        let Some(owner) = &self.owner else {
-            return false;
-        };
-        unsafe {
-            let ptr = rdkafka_sys::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
-            rdkafka_sys::rd_kafka_mock_set_group_consumer_session_timeout_ms(ptr, session_ms);
-            rdkafka_sys::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(ptr, heartbeat_ms);
-        }
-        true
+        self.kafka
+            .set_consumer_group_timings(session_ms, heartbeat_ms)
     }
 
     /// Like [`consumer`](Self::consumer), for the KIP-848 group protocol
@@ -663,50 +650,15 @@ impl TestCluster {
 }
 
 impl TestCluster {
-    /// Every record of `topic` (partitions `0..partitions`) up to the high
-    /// watermarks as they are now, read without a consumer group.
+    /// Every record of `topic` up to the high watermarks as they are now,
+    /// read without a consumer group, each partition in offset order
+    /// (`partitions`: the topic's partition count, as the callers know it).
     pub async fn read_topic(&self, topic: &str, partitions: i32) -> Vec<fresh_consumer::Record> {
-        let bootstrap = self.bootstrap().to_owned();
-        let topic = topic.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", unique("reader"))
-                .set("enable.auto.commit", "false")
-                .create()
-                .expect("reader");
-            let mut tpl = TopicPartitionList::new();
-            let mut remaining = 0;
-            for p in 0..partitions {
-                let (lo, hi) = c
-                    .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                    .expect("watermarks");
-                if hi > lo {
-                    tpl.add_partition_offset(&topic, p, Offset::Offset(lo))
-                        .unwrap();
-                    remaining += hi - lo;
-                }
-            }
-            let mut out = Vec::new();
-            if remaining == 0 {
-                return out;
-            }
-            c.assign(&tpl).expect("assign");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while remaining > 0 {
-                assert!(Instant::now() < deadline, "reading {topic} timed out");
-                match c.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) => {
-                        out.push(dead_letters::to_record(&m));
-                        remaining -= 1;
-                    }
-                    Some(Err(e)) => panic!("reading {topic}: {e}"),
-                    None => {}
-                }
-            }
-            out
-        })
-        .await
-        .expect("reader task")
+        let records = self.kafka.read_topic(topic).await.expect("read the topic");
+        assert!(
+            records.iter().all(|r| r.partition() < partitions),
+            "{topic} has more than {partitions} partitions"
+        );
+        records
     }
 }

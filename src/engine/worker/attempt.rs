@@ -68,8 +68,30 @@ impl<H: Handler> Worker<H> {
     /// letter) or given up (skip), or the worker must stop (revoked or
     /// shutting down) with the record neither. `start` is the clock reading
     /// to start the first attempt at (the caller's, when it has one).
-    pub(super) async fn handle_until_done(&self, record: Record, start: Option<Instant>) -> Done {
-        let done = self.attempt_until_done(record, start, None).await;
+    /// While the application paused the partition (`ControlHandle`), the
+    /// record waits here first.
+    pub(super) async fn handle_until_done(
+        &self,
+        record: Record,
+        mut start: Option<Instant>,
+    ) -> Done {
+        if self
+            .state
+            .controls
+            .is_paused(&self.state.topic, self.state.partition)
+        {
+            if !self.wait_while_paused().await {
+                self.engine.counters.unassigned(1);
+                return Done::Stopped;
+            }
+            // The pause is not part of the first attempt.
+            start = None;
+        }
+        if !self.take_turn(1, &mut start).await {
+            self.engine.counters.unassigned(1);
+            return Done::Stopped;
+        }
+        let done = self.attempt_until_done(record, start, None, true).await;
         if matches!(done, Done::Stopped) {
             self.engine.counters.unassigned(1);
         }
@@ -79,11 +101,14 @@ impl<H: Handler> Worker<H> {
     /// [`Self::handle_until_done`] without counting a stopped record;
     /// `prior` is the record's first attempt when it was made already (in
     /// a batch, which also waited for a retry-tier record's due time).
+    /// `shed_stale`: a stale record is shed instead of handled (not for a
+    /// record a batch handler saw already).
     pub(super) async fn attempt_until_done(
         &self,
         record: Record,
         mut start: Option<Instant>,
         mut prior: Option<PriorFailure>,
+        shed_stale: bool,
     ) -> Done {
         let offset = record.offset();
         let exhausted = &self.engine.exhausted;
@@ -91,6 +116,9 @@ impl<H: Handler> Worker<H> {
         let times = self.times(&record, event_time);
         if prior.is_none() && !self.wait_until_due(&record).await {
             return Done::Stopped;
+        }
+        if shed_stale && let Some(age) = self.stale_age(&record, event_time) {
+            return self.shed(&record, &origin, age).await;
         }
         if origin.is_some() {
             // The wait is not part of the first attempt.

@@ -48,6 +48,17 @@ impl<H: Handler> Worker<H> {
             let Some(records) = self.collect(src, first, batch, &mut carry).await else {
                 break;
             };
+            // Stale records never reach the batch handler.
+            let Some(records) = self.shed_from_batch(records).await else {
+                break;
+            };
+            if records.is_empty() {
+                continue;
+            }
+            if !self.wait_while_paused().await || !self.take_turn(records.len(), &mut None).await {
+                self.engine.counters.unassigned(records.len() as u64);
+                break;
+            }
             busy_start.get_or_insert_with(Instant::now);
             match self.handle_batch(records, batch).await {
                 Done::Completed { .. } => {}
@@ -200,7 +211,10 @@ impl<H: Handler> Worker<H> {
                             kind: AttemptError::Handler,
                             error,
                         };
-                        match self.attempt_until_done(failed, None, Some(prior)).await {
+                        match self
+                            .attempt_until_done(failed, None, Some(prior), false)
+                            .await
+                        {
                             Done::Completed { .. } => {}
                             Done::Stopped => {
                                 self.engine.counters.unassigned(1 + rest.len() as u64);
@@ -287,7 +301,7 @@ impl<H: Handler> Worker<H> {
         let mut left = records.len();
         for record in records {
             left -= 1;
-            match self.attempt_until_done(record, None, None).await {
+            match self.attempt_until_done(record, None, None, false).await {
                 Done::Completed { .. } => {}
                 Done::Stopped => {
                     self.engine.counters.unassigned(1 + left as u64);

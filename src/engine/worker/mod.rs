@@ -15,6 +15,9 @@
 //! `outputs.rs` makes the handler call itself (with the call's output
 //! handle and the wait for its outputs' acknowledgements when outputs are
 //! on);
+//! `stale.rs` sheds a record too old to be handled (the batch loop and
+//! `attempt.rs` ask it before the handler sees a record, and it writes
+//! through `park.rs`);
 //! `task.rs` holds the worker's own state that all of them share.
 
 mod attempt;
@@ -24,6 +27,7 @@ mod in_order;
 mod outputs;
 mod park;
 mod source;
+mod stale;
 mod task;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +42,7 @@ use crate::engine::shared::Engine;
 use crate::engine::tracker::OffsetTracker;
 use crate::handler::Handler;
 use crate::health::partition::PartitionHealth;
-use crate::metrics::instruments::PartitionRetry;
+use crate::metrics::instruments::{PartitionRetry, PartitionStale};
 use crate::ordering::ProcessingOrder;
 use crate::record::Record;
 use source::{Source, SplitSource, Unreadable};
@@ -84,6 +88,9 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
 ) -> (Arc<PartitionState>, PendingWorker) {
     let (tx, rx) = mpsc::channel(engine.settings.max_buffered_records);
     let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let stale = (engine.stale.as_ref())
+        .filter(|s| s.applies_to(&engine.exhausted, topic))
+        .map(|s| (s.action.as_str(), s.topic_for(&engine.exhausted, topic)));
     let metrics = engine.instruments.partition(
         topic,
         partition,
@@ -95,6 +102,10 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
                 tier: engine.exhausted.tier_of(topic).map(|t| t.tier),
                 tier_topics: (1..=rt.tiers()).map(|k| rt.tier_topic(source, k)).collect(),
             }
+        }),
+        stale.as_ref().map(|(action, topic)| PartitionStale {
+            action,
+            topic: topic.as_deref(),
         }),
     );
     metrics.bind_on_assignment(queue.is_some());
@@ -119,6 +130,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         health: PartitionHealth::new(engine.health.origin()),
         trace,
         held: AtomicUsize::new(0),
+        controls: Arc::clone(&engine.controls),
     });
     let worker = Worker {
         state: Arc::clone(&state),
@@ -128,6 +140,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         unflushed: AtomicU64::new(0),
         unflushed_received: AtomicU64::new(0),
         position_doubtful: AtomicBool::new(false),
+        stale_run: Mutex::new(None),
         _done: done_tx,
     };
     let start = PendingWorker {
@@ -168,6 +181,7 @@ impl<H: Handler> Worker<H> {
                 self.drop_unhandled(src);
             }
         }
+        self.end_stale_run();
         self.flush_counts();
     }
 

@@ -94,6 +94,8 @@ impl<H: Handler> Worker<H> {
             (Done::Stopped, _) => Outcome::Stopped,
             (_, To::DeadLetter) => Outcome::DeadLettered,
             (_, To::Tier { .. }) => Outcome::RetryTier,
+            // Never: a stale record has no process span.
+            (_, To::Stale) => Outcome::DeadLettered,
         });
         done
     }
@@ -120,7 +122,7 @@ impl<H: Handler> Worker<H> {
         loop {
             write_attempt += 1;
             let destination = match to {
-                To::DeadLetter => Destination::DeadLetter,
+                To::DeadLetter | To::Stale => Destination::DeadLetter,
                 // Due a tier's delay after this write.
                 To::Tier { tier, delay } => {
                     let written_ms = crate::record::unix_ms(SystemTime::now());
@@ -141,6 +143,7 @@ impl<H: Handler> Worker<H> {
                     match to {
                         To::Tier { tier, .. } => self.state.metrics.retry_tier_written(tier, None),
                         To::DeadLetter => self.state.metrics.dead_lettered(None),
+                        To::Stale => self.state.metrics.stale(None),
                     }
                     blocked.unblock();
                     if self.state.revoked.load(Ordering::Acquire) {
@@ -177,6 +180,8 @@ impl<H: Handler> Worker<H> {
                             );
                             &self.engine.counters.dead_lettered
                         }
+                        // Logged once per run of stale records (`stale.rs`).
+                        To::Stale => &self.engine.counters.stale,
                     };
                     moved.fetch_add(1, Ordering::Relaxed);
                     self.complete(record.offset());
@@ -189,12 +194,14 @@ impl<H: Handler> Worker<H> {
                             self.state.metrics.retry_tier_written(tier, Some(name))
                         }
                         To::DeadLetter => self.state.metrics.dead_lettered(Some(name)),
+                        To::Stale => self.state.metrics.stale(Some(name)),
                     }
                     blocked.block();
                     let delay = self.engine.settings.retry.delay(write_attempt);
                     let what = match to {
                         To::Tier { .. } => "retry tier",
                         To::DeadLetter => "dead-letter topic",
+                        To::Stale => "stale-record topic",
                     };
                     tracing::error!(
                         topic = %self.state.topic,
@@ -282,7 +289,13 @@ fn due_ms(record: &Record, delay: Duration) -> i64 {
 #[derive(Clone, Copy)]
 pub(super) enum To {
     DeadLetter,
-    Tier { tier: usize, delay: Duration },
+    /// A stale record ([`OnStale`](crate::OnStale)), to the dead-letter or
+    /// the stale-record topic.
+    Stale,
+    Tier {
+        tier: usize,
+        delay: Duration,
+    },
 }
 
 /// A write of a failed record: from where, after which failure, to which

@@ -32,6 +32,8 @@ pub(super) struct Worker<H> {
     /// trusted to pass transaction markers ([`Worker::pass_markers`]) until
     /// a seek succeeds.
     pub(super) position_doubtful: AtomicBool,
+    /// The partition's open run of stale records (see `stale.rs`).
+    pub(super) stale_run: std::sync::Mutex<Option<super::stale::StaleRun>>,
     /// Dropped when the worker ends, after every handler call it started.
     pub(super) _done: std::sync::mpsc::Sender<()>,
 }
@@ -91,6 +93,54 @@ impl<H: Handler> Worker<H> {
             self.engine.counters.succeeded(n);
             self.engine.committer.records_completed(n as usize);
         }
+    }
+
+    /// Waits while the application paused the partition
+    /// (`ControlHandle`), unless the partition is stopped first. Returns
+    /// `false` when stopped.
+    pub(super) async fn wait_while_paused(&self) -> bool {
+        let (topic, partition) = (&self.state.topic, self.state.partition);
+        if !self.state.controls.is_paused(topic, partition) {
+            return true;
+        }
+        tracing::info!(
+            topic = %topic,
+            partition,
+            "partition paused by the application: the next record waits until it is resumed"
+        );
+        // Successes counted so far reach the summary during the pause.
+        self.flush_counts();
+        let resumed = (self.state.controls)
+            .wait_while_paused(topic, partition, &self.state.stop)
+            .await;
+        if resumed {
+            tracing::info!(
+                topic = %topic,
+                partition,
+                "partition resumed by the application"
+            );
+        }
+        resumed
+    }
+
+    /// Waits for `records` records' turn under the application's rate
+    /// limit (`ControlHandle::set_rate_limit`), unless the partition is
+    /// stopped first; a wait is not part of the first attempt (`start` is
+    /// cleared). Returns `false` when stopped.
+    pub(super) async fn take_turn(&self, records: usize, start: &mut Option<Instant>) -> bool {
+        let before = Instant::now();
+        let went = (self.state.controls)
+            .acquire(
+                &self.state.topic,
+                self.state.partition,
+                records,
+                &self.state.stop,
+            )
+            .await;
+        if before.elapsed() >= Duration::from_millis(1) {
+            *start = None;
+        }
+        went
     }
 
     /// Sleeps unless the partition is stopped first. Returns `false` when

@@ -16,6 +16,7 @@ fn inputs(committed: i64, processed: i64, hi: i64) -> Inputs {
         end: Some(hi),
         failed: false,
         due_wait: false,
+        paused: false,
     }
 }
 
@@ -128,6 +129,26 @@ fn a_retry_tier_record_waiting_for_its_due_time_is_not_a_stall() {
     let j = judge(&mut tr, inputs(10, 10, 11), at(309), &t(), NOISE);
     assert_eq!(j.status, PartitionStatus::Ok);
     let j = judge(&mut tr, inputs(10, 10, 11), at(311), &t(), NOISE);
+    assert_eq!(j.status, PartitionStatus::Stall);
+}
+
+#[test]
+fn a_partition_paused_by_the_application_is_ok_while_its_lag_grows() {
+    let t0 = Instant::now();
+    let mut tr = Track::new(t0, 1);
+    let at = |s| t0 + Duration::from_secs(s);
+    // Paused for 5 minutes while records arrive: never stall, never warn.
+    for s in 0..=300 {
+        let mut paused = inputs(10, 10, 11 + s as i64 * 10);
+        paused.paused = true;
+        let j = judge(&mut tr, paused, at(s), &t(), NOISE);
+        assert_eq!(j.status, PartitionStatus::Ok, "at {s} s");
+        assert_eq!(j.stalled_for, Duration::ZERO, "at {s} s");
+    }
+    // Resumed, and nothing moves: the stall clock starts at the resume.
+    let j = judge(&mut tr, inputs(10, 10, 3_011), at(309), &t(), NOISE);
+    assert_eq!(j.status, PartitionStatus::Ok);
+    let j = judge(&mut tr, inputs(10, 10, 3_011), at(311), &t(), NOISE);
     assert_eq!(j.status, PartitionStatus::Stall);
 }
 
