@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use fresh_consumer::metrics::{MESSAGING_CONSUMER_GROUP_NAME, MONITOR_LAG};
 use fresh_consumer::monitor::{GroupMonitor, Monitor, MonitorError};
+use fresh_consumer::testing::TestMetrics;
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use rdkafka::ClientConfig;
@@ -22,7 +23,6 @@ use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use support::kafka::{TestCluster, unique};
 use support::logs;
-use fresh_consumer::testing::TestMetrics;
 
 fn monitor(cluster: &TestCluster, topic: &str, prefix: &str) -> GroupMonitor {
     let prefix = prefix.to_owned();

@@ -18,13 +18,13 @@ use fresh_consumer::metrics::{
     ORIGIN_TIME_MALFORMED, PROCESS_DURATION, SENT_MESSAGES, TIMESTAMP_TYPE,
 };
 use fresh_consumer::output::{ORIGIN_TIME_HEADER, OutputError, Outputs};
+use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{Batch, BatchError, BoxError, ConfigError, Output, OutputConfig, Record};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
 use support::kafka::{TestCluster, now_ms};
-use fresh_consumer::testing::TestMetrics;
 use support::metrics::{Attrs, partition_attrs, with};
 use support::otlp_receiver::attrs;
 use support::run::start;
@@ -135,7 +135,10 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
         ),
         0.0
     );
-    metrics.shutdown().await.expect("shut the test metrics down");
+    metrics
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
 }
 
 /// Outputs that the broker does not acknowledge (injected Produce errors,
@@ -194,7 +197,8 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
         &with(&sent_attrs(&out_topic), &[(ERROR_TYPE, "_MSG_TIMED_OUT")]),
     );
     assert!(failed >= 2.0, "failed deliveries counted: {failed}");
-    let (_, failed_attempts) = sum_count(&metrics, 
+    let (_, failed_attempts) = sum_count(
+        &metrics,
         PROCESS_DURATION,
         &with(
             &partition_attrs(&topic, 0, &group),
@@ -219,7 +223,10 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
         calls.lock().unwrap(),
         outs.len()
     );
-    metrics.shutdown().await.expect("shut the test metrics down");
+    metrics
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
 }
 
 /// The idempotent output producer treats OUT_OF_ORDER_SEQUENCE_NUMBER as
@@ -404,7 +411,10 @@ async fn batch_outputs_carry_the_oldest_origin_of_their_batch() {
         metrics.counter_total(SENT_MESSAGES, &sent_attrs(&out_topic)),
         6.0
     );
-    metrics.shutdown().await.expect("shut the test metrics down");
+    metrics
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
 }
 
 /// Three hops with known handler delays (400, 300 and 200 ms): the last
@@ -503,15 +513,15 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
         &partition_attrs(&t3, 0, &groups[2]),
         &[(TIMESTAMP_TYPE, "origin")],
     );
-    let (min, max, count) = min_max_count(&end_to_end, EVENT_AGE, &origin_age)
-        .expect("end-to-end ages recorded");
+    let (min, max, count) =
+        min_max_count(&end_to_end, EVENT_AGE, &origin_age).expect("end-to-end ages recorded");
     let sum = delays.iter().sum::<u64>() as f64 / 1000.0;
     let plain_age = with(
         &partition_attrs(&t3, 0, &groups[3]),
         &[(TIMESTAMP_TYPE, "create_time")],
     );
-    let (pmin, pmax, _) = min_max_count(&hop_only, EVENT_AGE, &plain_age)
-        .expect("hop ages recorded");
+    let (pmin, pmax, _) =
+        min_max_count(&hop_only, EVENT_AGE, &plain_age).expect("hop ages recorded");
     eprintln!(
         "three hops, delays {delays:?} ms (sum {sum} s): end-to-end age min {min:.3} s max {max:.3} s over {count} records; the last hop's own age min {pmin:.3} s max {pmax:.3} s"
     );
@@ -520,8 +530,14 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
         min >= sum,
         "end-to-end age {min} s is at least the sum of the delays {sum} s"
     );
-    end_to_end.shutdown().await.expect("shut the test metrics down");
-    hop_only.shutdown().await.expect("shut the test metrics down");
+    end_to_end
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
+    hop_only
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
 }
 
 /// With `origin_time(true)`, a record's valid origin header sets its age,
@@ -557,15 +573,26 @@ async fn a_malformed_origin_header_is_counted_and_the_record_handled() {
     metrics.flush().await.expect("flush the test metrics");
     let p = partition_attrs(&topic, 0, &group);
     assert_eq!(metrics.counter_total(ORIGIN_TIME_MALFORMED, &p), 1.0);
-    let (min, _, n) = min_max_count(&metrics, EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "origin")]))
-        .expect("origin age");
+    let (min, _, n) = min_max_count(
+        &metrics,
+        EVENT_AGE,
+        &with(&p, &[(TIMESTAMP_TYPE, "origin")]),
+    )
+    .expect("origin age");
     assert_eq!(n, 1);
     assert!(min >= 60.0, "{min}");
-    let (_, max, n) = min_max_count(&metrics, EVENT_AGE, &with(&p, &[(TIMESTAMP_TYPE, "create_time")]))
-        .expect("create-time ages");
+    let (_, max, n) = min_max_count(
+        &metrics,
+        EVENT_AGE,
+        &with(&p, &[(TIMESTAMP_TYPE, "create_time")]),
+    )
+    .expect("create-time ages");
     assert_eq!(n, 2);
     assert!(max < 60.0, "{max}");
-    metrics.shutdown().await.expect("shut the test metrics down");
+    metrics
+        .shutdown()
+        .await
+        .expect("shut the test metrics down");
 }
 
 /// Bad input gets a typed error: an empty topic name, a handle kept past
