@@ -177,3 +177,16 @@ pub(crate) fn is_true(value: &str) -> bool {
     let v = value.trim();
     v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("t") || v == "1"
 }
+
+/// The error's message followed by its sources, `: `-separated (what a
+/// dead-letter header, a span's status and the test kit carry).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}

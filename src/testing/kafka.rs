@@ -314,7 +314,7 @@ impl TestKafka {
                         got.truncate(want.len());
                         got
                     })
-                    .map_err(|e| crate::testing::error_chain(&e))
+                    .map_err(|e| crate::error::error_chain(&e))
             },
             |got| got.as_ref().is_ok_and(|got| *got == want),
         )

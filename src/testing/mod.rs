@@ -152,15 +152,3 @@ impl TestingError {
         move |source| TestingError::Kafka { what, source }
     }
 }
-
-/// The error's message followed by its sources, `: `-separated.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
-}

@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 
 use futures_util::FutureExt;
 
+use crate::error::error_chain;
 use crate::failure::Decision;
 use crate::failure::dead_letter::FailureInfo;
 use crate::failure::is_permanent;
@@ -320,18 +321,6 @@ pub(super) fn classify(kind: AttemptError, error: &BoxError) -> (bool, &'static 
     } else {
         (false, kind.as_str())
     }
-}
-
-/// The error's message followed by its sources, `: `-separated.
-pub(super) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {

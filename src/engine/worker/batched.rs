@@ -11,14 +11,16 @@ use std::time::{Instant, SystemTime};
 
 use rdkafka::consumer::ConsumerContext;
 
+use crate::error::error_chain;
 use crate::handler::{BatchSettings, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
 use crate::trace::{BatchTrace, Outcome};
 
-use super::attempt::{PriorFailure, classify, error_chain};
+use super::attempt::{PriorFailure, classify};
 use super::source::Source;
 use super::task::{Done, FLUSH_EVERY, Worker};
+use crate::error::error_chain;
 
 impl<H: Handler> Worker<H> {
     /// Runs the batch handler over the partition's records until the
