@@ -20,7 +20,6 @@ use crate::trace::{BatchTrace, Outcome};
 use super::attempt::{PriorFailure, classify};
 use super::source::Source;
 use super::task::{Done, FLUSH_EVERY, Worker};
-use crate::error::error_chain;
 
 impl<H: Handler> Worker<H> {
     /// Runs the batch handler over the partition's records until the
