@@ -18,5 +18,6 @@
 pub(crate) mod flush;
 pub(crate) mod instruments;
 mod names;
+pub(crate) mod partition;
 
 pub use names::*;
