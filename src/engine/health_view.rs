@@ -88,6 +88,10 @@ impl PartitionView for PartitionState {
         self.controls.is_paused(&self.topic, self.partition)
     }
 
+    fn due_delay(&self) -> Duration {
+        self.due_delay
+    }
+
     fn blocked_since_ms(&self) -> Option<i64> {
         match self.blocked_since.load(Ordering::Acquire) {
             0 => None,

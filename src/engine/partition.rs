@@ -73,6 +73,10 @@ pub(crate) struct PartitionState {
     /// partition is paused ([`Ctrl::Hold`]) while it is above 0, and health
     /// does not count the wait as a stall.
     pub(crate) held: AtomicUsize,
+    /// A retry-tier partition's delay (zero for other partitions): its
+    /// records wait this long by design, which health's lag-growth rule
+    /// allows for.
+    pub(crate) due_delay: std::time::Duration,
     /// The pauses set by the application, read by health.
     pub(crate) controls: Arc<crate::control::Controls>,
 }

@@ -408,7 +408,8 @@ pub(crate) fn evaluate_one(
         },
         now,
         t,
-        noise,
+        // A retry tier's records wait its delay by design.
+        noise + view.due_delay(),
     );
     let last_success = h.last_success();
     let no_success_for = match judged.lag_since {

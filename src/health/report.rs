@@ -139,7 +139,8 @@ pub enum HealthReason {
     /// and not below the sample before, and it grew by more records than
     /// arrive in the commit interval + the statistics interval + 0.5 s (the
     /// amount a consumer that keeps up moves on its own, at the rate
-    /// observed over the window). Degraded.
+    /// observed over the window), plus the tier's delay on a retry-tier
+    /// partition (its records wait that long by design). Degraded.
     LagGrowing {
         /// The lag at the start of the window, in records.
         from: u64,

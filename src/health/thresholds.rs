@@ -84,7 +84,8 @@ pub struct HealthThresholds {
     pub no_success_after: Duration,
     /// The window over which a growing lag makes a partition
     /// [`PartitionStatus::Warn`](crate::health::PartitionStatus::Warn) (growth beyond what the commit interval,
-    /// the statistics interval and 0.5 s of traffic explain; see
+    /// the statistics interval and 0.5 s of traffic explain, and on a
+    /// retry-tier partition its delay; see
     /// [`HealthReason::LagGrowing`](crate::health::HealthReason::LagGrowing)), and for which a rewind of the
     /// committed offset is reported ([`PartitionStatus::Rewind`](crate::health::PartitionStatus::Rewind)).
     /// Defaults to 120 s.

@@ -55,6 +55,13 @@ pub(crate) trait PartitionView: Send + Sync {
         false
     }
 
+    /// A retry tier's delay (zero for other partitions): its records wait
+    /// this long by design, so its lag moves by the records that arrive in
+    /// it without the consumer falling behind.
+    fn due_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Whether the application paused the partition (a control handle):
     /// not a stall either, and reported as such.
     fn paused_by_application(&self) -> bool {

@@ -130,6 +130,11 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         health: PartitionHealth::new(engine.health.origin()),
         trace,
         held: AtomicUsize::new(0),
+        due_delay: engine
+            .exhausted
+            .tier_of(topic)
+            .and_then(|t| engine.exhausted.retry_topics()?.delay(t.tier))
+            .unwrap_or_default(),
         controls: Arc::clone(&engine.controls),
     });
     let worker = Worker {
