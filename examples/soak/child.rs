@@ -9,7 +9,15 @@
 //! - `ok <unix ms> <topic> <partition> <offset> <key> <seq>`: a success;
 //! - `rss <unix ms> <kB>`: the process's VmRSS, every 5 s;
 //! - `health <unix ms> <status> <rebalances>`: the in-process health and
-//!   the rebalance events the member has seen, every second.
+//!   the rebalance events the member has seen, every second;
+//! - `why <unix ms> <reasons>`: after a report other than `healthy`, its
+//!   reasons (the consumer's and each partition's), for the reader;
+//! - `protocol <unix ms> <classic|consumer>`: the group protocol the
+//!   incarnation runs (`group.protocol`), once at its start.
+//!
+//! Its health thresholds (`stall_after`, `no_success_after`,
+//! `lag_growth_window`) are the soak's evaluation window (`--window-ms`),
+//! so a fault of the soak's length shows within it.
 //!
 //! SIGUSR1 makes the handler slow (1 s per record) for `--slow-secs`;
 //! SIGTERM stops the consumer gracefully. With `OTEL_EXPORTER_OTLP_ENDPOINT`
@@ -24,7 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fresh_consumer::otlp::{self, OtlpConfig};
-use fresh_consumer::{DeadLetter, FreshConsumer, OnExhausted, Record, RetryTopics};
+use fresh_consumer::{
+    DeadLetter, FreshConsumer, HealthThresholds, OnExhausted, Record, RetryTopics,
+};
 
 use super::{TIERS, is_poison, now_ms, parse_payload};
 
@@ -36,6 +46,10 @@ pub struct ChildArgs {
     pub log: PathBuf,
     pub slow_secs: u64,
     pub session_ms: u64,
+    /// `classic` or `consumer` (KIP-848).
+    pub protocol: String,
+    /// The health evaluation's window.
+    pub window: Duration,
 }
 
 /// Why a handler call failed: a poison record, on purpose.
@@ -131,11 +145,25 @@ async fn run_async(args: ChildArgs) {
         .group_id(args.group.as_str())
         .topics([args.topic.as_str()])
         .on_exhausted(OnExhausted::RetryTopics(tiers))
+        .health_thresholds(
+            HealthThresholds::default()
+                .with_stall_after(args.window)
+                .with_no_success_after(args.window)
+                .with_lag_growth_window(args.window),
+        )
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", args.session_ms.to_string())
-        .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
         .set("fetch.wait.max.ms", "100")
         .set("fetch.queue.backoff.ms", "10");
+    // KIP-848 members take their session timeout and heartbeat interval
+    // from the broker (librdkafka refuses the properties).
+    let consumer = if args.protocol == "consumer" {
+        consumer.set("group.protocol", "consumer")
+    } else {
+        consumer
+            .set("session.timeout.ms", args.session_ms.to_string())
+            .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
+    };
+    log.line(format!("protocol {} {}\n", now_ms(), args.protocol));
     // With a collector (OTEL_EXPORTER_OTLP_ENDPOINT from the parent), the
     // consumer's metrics go to it over OTLP; the parent stops it for a while.
     let provider = match std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT") {
@@ -166,6 +194,19 @@ async fn run_async(args: ChildArgs) {
                     snapshot.status.as_str(),
                     snapshot.rebalances
                 ));
+                if !snapshot.is_healthy() {
+                    let why: Vec<String> = snapshot
+                        .reasons
+                        .iter()
+                        .map(|r| r.to_string())
+                        .chain(snapshot.partitions.iter().flat_map(|p| {
+                            p.reasons
+                                .iter()
+                                .map(move |r| format!("{}/{}: {r}", p.topic, p.partition))
+                        }))
+                        .collect();
+                    log.line(format!("why {} {}\n", now_ms(), why.join("; ")));
+                }
                 if n.is_multiple_of(5) {
                     log.line(format!("rss {} {}\n", now_ms(), rss_kb()));
                 }

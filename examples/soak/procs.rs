@@ -14,6 +14,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The consumer processes, by slot.
 pub struct Consumers {
     pub args: Vec<String>,
+    /// Each slot's `group.protocol` (`classic` or `consumer`), passed to
+    /// its next start.
+    pub protocol: Vec<&'static str>,
     /// The `OTEL_*` variables that point the consumers at the collector.
     pub env: Vec<(String, String)>,
     pub out: PathBuf,
@@ -33,6 +36,7 @@ impl Consumers {
         let child = Command::new(std::env::current_exe()?)
             .arg("--child")
             .args(&self.args)
+            .args(["--protocol", self.protocol[slot]])
             .args(["--log".as_ref(), log.as_os_str()])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Held open while the child runs: it exits when this process

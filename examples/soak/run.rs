@@ -18,6 +18,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::check::{self, Event, Produced};
 use super::procs::{Collector, Consumers, free_port};
+use super::signals::{self, Rules};
 use super::watch;
 use super::{Args, TIERS, now_ms};
 
@@ -28,6 +29,18 @@ const SESSION_MS: u64 = 6_000;
 /// The library's default `commit_interval`, which bounds the work a killed
 /// consumer did not commit.
 const COMMIT_INTERVAL_MS: i64 = 1_000;
+/// The evaluation window of the signals: the members' `stall_after`,
+/// `no_success_after` and `lag_growth_window`, the monitor's `stall_after`
+/// and lag threshold. A fault must show within two of them.
+const WINDOW_MS: i64 = 10_000;
+/// How long after a fault's end its effects may last (a rebalance, the
+/// catch-up).
+const SETTLE_MS: i64 = 30_000;
+/// A consumer's RSS at its end must be within `RSS_GROWTH_PERCENT` of its
+/// RSS this long after its start (judged for incarnations that lived twice
+/// as long).
+const RSS_WARMUP_MS: i64 = 120_000;
+const RSS_GROWTH_PERCENT: f64 = 10.0;
 /// How long after the last record the group may take to drain.
 const DRAIN: Duration = Duration::from_secs(240);
 
@@ -46,6 +59,11 @@ enum Action {
     Slow,
     /// Stop the collector; start it again after `--collector-down-secs`.
     Collector,
+    /// Restart a consumer gracefully with this `group.protocol`: the first
+    /// switch picks a random member and makes it a KIP-848 member of the
+    /// classic group (Kafka upgrades the group online); the second puts
+    /// the same member back (the group downgrades).
+    Protocol(&'static str),
 }
 
 /// The faults and their times, drawn from the seed.
@@ -53,7 +71,12 @@ fn schedule(args: &Args) -> Vec<(Duration, Action)> {
     let mut rng = fastrand::Rng::with_seed(args.seed);
     let secs = args.secs as f64;
     let at = |f: f64| Duration::from_secs_f64(secs * f);
-    let mut plan = vec![(at(0.45), Action::Restart), (at(0.80), Action::Slow)];
+    let mut plan = vec![
+        (at(0.38), Action::Protocol("consumer")),
+        (at(0.45), Action::Restart),
+        (at(0.52), Action::Protocol("classic")),
+        (at(0.80), Action::Slow),
+    ];
     if args.rotel.is_some() {
         plan.push((at(0.55), Action::Collector));
     }
@@ -237,6 +260,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         args.bootstrap.clone(),
         group.clone(),
         topic.clone(),
+        Duration::from_millis(WINDOW_MS as u64),
         async {
             let _ = watch_stopped.await;
         },
@@ -256,9 +280,12 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             &args.slow_secs.to_string(),
             "--session-ms",
             &SESSION_MS.to_string(),
+            "--window-ms",
+            &WINDOW_MS.to_string(),
         ]
         .map(str::to_owned)
         .to_vec(),
+        protocol: vec!["classic"; CONSUMERS],
         env,
         out: out.clone(),
         slots: (0..CONSUMERS).map(|_| None).collect(),
@@ -288,6 +315,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let mut rng = fastrand::Rng::with_seed(args.seed ^ 0x5eed);
     let mut plan = plan.into_iter().peekable();
     let mut broker_faults = Vec::new();
+    let mut switched: Option<usize> = None;
     while started.elapsed() < Duration::from_secs(args.secs) {
         consumers.tend()?;
         if let Some(c) = collector.as_mut()
@@ -333,6 +361,25 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                             down.as_millis() as i64,
                         );
                         collector_back_at = Some(Instant::now() + down);
+                    }
+                }
+                Action::Protocol(to) => {
+                    let slot = match (to, switched) {
+                        ("consumer", _) => pick(&mut rng),
+                        (_, s) => s,
+                    };
+                    if let Some(s) = slot {
+                        switched = Some(s);
+                        consumers.protocol[s] = to;
+                        consumers.event(
+                            format!("consumer {s} to group.protocol={to} (graceful restart)"),
+                            0,
+                        );
+                        // A member killed meanwhile comes back with it.
+                        if consumers.slots[s].is_some() {
+                            consumers.term(s).await;
+                            consumers.start(s)?;
+                        }
                     }
                 }
                 Action::Broker => {
@@ -390,6 +437,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    let drained_at = now_ms();
     println!(
         "[{}] drained: {drained} after {:.1?}",
         now_ms(),
@@ -421,7 +469,10 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         out.join("monitor.log"),
         readings
             .iter()
-            .map(|(t, r)| format!("{t} {r}\n"))
+            .map(|(t, r, m)| match m {
+                Some(m) => format!("{t} {r} {m}\n"),
+                None => format!("{t} {r} -\n"),
+            })
             .collect::<String>(),
     )?;
     stop_sampler.store(true, Ordering::Relaxed);
@@ -449,8 +500,28 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     events.extend(extras.iter().flat_map(|e| e.rebalances.iter().cloned()));
     let window = COMMIT_INTERVAL_MS + 2_000;
     let report = check::check(&produced, &successes, &events, &topic, window);
+    let judgement = signals::judge(
+        &faults,
+        &extras,
+        &readings,
+        &Rules {
+            settle_ms: SETTLE_MS,
+            members: CONSUMERS as u32,
+            end_ms: drained_at,
+            dead_visible_ms: SESSION_MS as i64 + 2 * watch::INTERVAL.as_millis() as i64,
+        },
+    );
     let mut failures = consumers.failures.clone();
     failures.extend(report.failures(backwards, dead_lettered));
+    failures.extend(judgement.failures(WINDOW_MS));
+    for (i, warm, end, _) in check::rss_after_warmup(&extras, RSS_WARMUP_MS) {
+        if rss_growth(warm, end) > RSS_GROWTH_PERCENT {
+            failures.push(format!(
+                "consumer incarnation {i}: RSS grew {:.1} % after warm-up ({warm} kB to {end} kB)",
+                rss_growth(warm, end)
+            ));
+        }
+    }
     print_report(
         &args,
         &report,
@@ -465,14 +536,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         "  rebalances seen by the members: {}",
         extras.iter().map(|e| e.rebalances.len()).sum::<usize>()
     );
-    let (lines, alarms) = watch::timeline(&readings, &faults, 30_000);
-    println!(
-        "  group monitor: {} cycles, {alarms} read other than keeping_up or idle outside the faults",
-        readings.len()
-    );
-    for l in lines {
-        println!("    {l}");
-    }
+    judgement.print(SETTLE_MS);
     for f in &failures {
         println!("FAILED: {f}");
     }
@@ -635,40 +699,32 @@ fn print_report(
     println!("  committed offsets sampled {samples} times; moved backwards: {backwards}");
     let count = |w: &str| events.iter().filter(|e| e.what.contains(w)).count();
     println!(
-        "  faults: {} SIGKILL, {} SIGTERM restarts, {} broker restarts, {} slow handlers, {} collector outages",
+        "  faults: {} SIGKILL, {} SIGTERM restarts, {} group.protocol switches, {} broker restarts, {} slow handlers, {} collector outages",
         count("SIGKILL"),
         count("SIGTERM"),
+        count("group.protocol"),
         count("broker"),
         count("slow"),
         count("collector stopped")
     );
-    match check::rss_of_longest(extras, 30_000) {
-        Some((warm, end, age)) => println!(
-            "  RSS of the longest-lived consumer ({:.0} s): {warm} kB after 30 s, {end} kB at its end ({:+.1} %)",
+    let rss = check::rss_after_warmup(extras, RSS_WARMUP_MS);
+    if rss.is_empty() {
+        println!(
+            "  RSS: not judged (no consumer lived {} s)",
+            2 * RSS_WARMUP_MS / 1000
+        );
+    }
+    for (i, warm, end, age) in rss {
+        println!(
+            "  RSS of consumer incarnation {i} ({:.0} s): {warm} kB after {} s, {end} kB at its end ({:+.1} %)",
             age as f64 / 1000.0,
-            (end as f64 - warm as f64) * 100.0 / warm.max(1) as f64
-        ),
-        None => println!("  RSS: no consumer lived 30 s"),
+            RSS_WARMUP_MS / 1000,
+            rss_growth(warm, end)
+        );
     }
-    let (alarms, reports) = check::false_alarms(extras, events, 30_000);
-    println!(
-        "  in-process health: {reports} reports, {alarms} not healthy outside the faults (from a fault's start to 30 s after its end)"
-    );
-    // Each fault's time to the first non-healthy report of any consumer.
-    let health: Vec<&(i64, String)> = extras.iter().flat_map(|e| e.health.iter()).collect();
-    for e in events.iter().filter(|e| !e.what.ends_with("started")) {
-        let first = health
-            .iter()
-            .filter(|(t, s)| *t >= e.t_ms && s != "healthy")
-            .map(|(t, _)| *t)
-            .min();
-        match first {
-            Some(t) => println!(
-                "  {}: first non-healthy report {:.1} s later",
-                e.what,
-                (t - e.t_ms) as f64 / 1000.0
-            ),
-            None => println!("  {}: no non-healthy report after it", e.what),
-        }
-    }
+}
+
+/// Percent growth from `warm` to `end`.
+fn rss_growth(warm: u64, end: u64) -> f64 {
+    (end as f64 - warm as f64) * 100.0 / warm.max(1) as f64
 }

@@ -1,28 +1,30 @@
 //! The group monitor watching the soak's group from outside: one cycle
 //! every `INTERVAL`, its diagnosis (or the kind of error of a failed cycle)
-//! with a timestamp, for the report's timeline.
+//! and the group's member count with a timestamp, for `signals.rs`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fresh_consumer::monitor::GroupMonitor;
 
-use super::check::Event;
 use super::now_ms;
 
 /// How often the monitor reads the group.
 pub const INTERVAL: Duration = Duration::from_secs(2);
 
-/// One cycle: (unix ms, `dead`, `keeping_up`, ... or `error:<kind>`).
-pub type Reading = (i64, String);
+/// One cycle: (unix ms, `dead`, `keeping_up`, ... or `error:<kind>`, the
+/// group's member count as DescribeGroups gave it).
+pub type Reading = (i64, String, Option<u32>);
 
 /// Watches `group` on `topic` until `stop` resolves; returns every cycle's
-/// reading. `stall_after` and `window` are short (10 s and 20 s), so a
-/// fault of the soak's length can show.
+/// reading. `stall_after` and the lag threshold are the soak's evaluation
+/// window (`window`), the monitor's own window twice that, so a fault of
+/// the soak's length can show.
 pub async fn watch(
     bootstrap: String,
     group: String,
     topic: String,
+    window: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) -> Vec<Reading> {
     let readings = Arc::new(Mutex::new(Vec::new()));
@@ -31,8 +33,9 @@ pub async fn watch(
         .group(group)
         .topics([topic])
         .interval(INTERVAL)
-        .stall_after(Duration::from_secs(10))
-        .window(Duration::from_secs(20));
+        .stall_after(window)
+        .lag_threshold(window)
+        .window(window * 2);
     let mut monitor = loop {
         match monitor.clone().connect().await {
             Ok(m) => break m,
@@ -40,7 +43,7 @@ pub async fn watch(
                 readings
                     .lock()
                     .unwrap()
-                    .push((now_ms(), format!("error:{}", e.kind())));
+                    .push((now_ms(), format!("error:{}", e.kind()), None));
                 tokio::time::sleep(INTERVAL).await;
             }
         }
@@ -49,16 +52,21 @@ pub async fn watch(
         let readings = Arc::clone(&readings);
         async move {
             let mut tick = tokio::time::interval(INTERVAL);
+            // A cycle slowed by a broker outage delays the next one; no
+            // burst of catch-up cycles.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 let reading = match monitor.cycle().await {
                     Ok(report) => report
                         .groups
                         .first()
-                        .map_or("none".to_owned(), |g| g.diagnosis.as_str().to_owned()),
-                    Err(e) => format!("error:{}", e.kind()),
+                        .map_or((now_ms(), "none".to_owned(), None), |g| {
+                            (now_ms(), g.diagnosis.as_str().to_owned(), g.members)
+                        }),
+                    Err(e) => (now_ms(), format!("error:{}", e.kind()), None),
                 };
-                readings.lock().unwrap().push((now_ms(), reading));
+                readings.lock().unwrap().push(reading);
             }
         }
     };
@@ -67,33 +75,4 @@ pub async fn watch(
         _ = stop => {}
     }
     readings.lock().unwrap().clone()
-}
-
-/// Each fault's first reading other than `keeping_up`/`idle` at or after
-/// it, and the readings other than those outside every fault (from its
-/// start to `settle_ms` after its end).
-pub fn timeline(readings: &[Reading], events: &[Event], settle_ms: i64) -> (Vec<String>, usize) {
-    let quiet = |r: &str| r == "keeping_up" || r == "idle";
-    let mut lines = Vec::new();
-    for e in events.iter().filter(|e| !e.what.ends_with("started")) {
-        let first = readings.iter().find(|(t, r)| *t >= e.t_ms && !quiet(r));
-        lines.push(match first {
-            Some((t, r)) => format!(
-                "{}: monitor read {r} {:.1} s later",
-                e.what,
-                (t - e.t_ms) as f64 / 1000.0
-            ),
-            None => format!("{}: the monitor saw nothing after it", e.what),
-        });
-    }
-    let alarms = readings
-        .iter()
-        .filter(|(t, r)| {
-            !quiet(r)
-                && !events
-                    .iter()
-                    .any(|e| *t >= e.t_ms && *t <= e.until_ms + settle_ms)
-        })
-        .count();
-    (lines, alarms)
 }

@@ -1,0 +1,417 @@
+//! Did the signals tell the truth? Each fault against what the in-process
+//! health (every member's report, every second) and the group monitor
+//! (from outside, every `watch::INTERVAL`) said about it: the time from the
+//! fault to its first signal and from the fault's end back to quiet, and
+//! the alarms raised while no fault was under way.
+//!
+//! The signal each fault must raise within two evaluation windows of its
+//! start (the soak's `--window-ms`, which is the members' `stall_after`,
+//! `no_success_after` and `lag_growth_window` and the monitor's
+//! `stall_after` and lag threshold):
+//!
+//! | fault | in process | from outside |
+//! |---|---|---|
+//! | a member SIGKILLed (dead member) | a rebalance seen by a member, or a report other than `healthy` | a member count other than the group's, or a diagnosis other than `keeping_up`/`idle` |
+//! | the broker killed | a report other than `healthy` | a failed cycle or such a diagnosis |
+//! | a slow handler | a report other than `healthy` | such a diagnosis |
+//!
+//! A graceful restart, a switch of `group.protocol` and the collector
+//! outage are reported, not required: a member leaving on purpose is no
+//! alarm, and the health does not judge the telemetry pipeline. Nor is the
+//! monitor's signal required for a member replaced before the group could
+//! show it from outside: DescribeGroups lists a dead member until its
+//! session times out, and a replacement that joins within a monitor cycle
+//! of that keeps the member count, while the partitions catch up under the
+//! lag threshold (`Rules::dead_visible_ms`).
+
+use super::check::{Event, LogExtras};
+use super::watch::Reading;
+
+/// What kind of fault an event is, from its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    DeadMember,
+    BrokerDown,
+    SlowHandler,
+    /// A SIGTERM restart or a `group.protocol` switch.
+    GracefulLeave,
+    Collector,
+}
+
+impl Kind {
+    /// `None` for what is not a fault (a consumer started, the collector
+    /// started again).
+    pub fn of(what: &str) -> Option<Kind> {
+        if what.ends_with("started") || what.ends_with("started again") {
+            None
+        } else if what.contains("SIGKILL") {
+            Some(Kind::DeadMember)
+        } else if what.contains("broker") {
+            Some(Kind::BrokerDown)
+        } else if what.contains("slow") {
+            Some(Kind::SlowHandler)
+        } else if what.contains("SIGTERM") || what.contains("group.protocol") {
+            Some(Kind::GracefulLeave)
+        } else if what.contains("collector") {
+            Some(Kind::Collector)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the fault must show within two windows.
+    pub fn required(self) -> bool {
+        matches!(
+            self,
+            Kind::DeadMember | Kind::BrokerDown | Kind::SlowHandler
+        )
+    }
+}
+
+/// One fault and what the two sides said about it (ms after its start;
+/// `back` in ms after its end: the last loud report or reading before the
+/// settle time ran out or the next fault began).
+#[derive(Clone, Debug)]
+pub struct FaultSignals {
+    pub what: String,
+    pub kind: Kind,
+    pub in_process: Option<i64>,
+    pub in_process_back: Option<i64>,
+    pub monitor: Option<(i64, String)>,
+    pub monitor_back: Option<i64>,
+    /// A dead member's time down (to its replacement's start).
+    pub down_ms: Option<i64>,
+    /// Whether the monitor had to see it.
+    pub monitor_required: bool,
+}
+
+/// The judgement over the run.
+#[derive(Clone, Debug, Default)]
+pub struct Judgement {
+    pub faults: Vec<FaultSignals>,
+    /// Non-healthy in-process reports outside every fault, of all reports.
+    pub in_process_alarms: (usize, usize),
+    /// Monitor readings that were not quiet outside every fault, of all.
+    pub monitor_alarms: (usize, usize),
+}
+
+/// The options of [`judge`].
+pub struct Rules {
+    /// How long after a fault's end its effects may last.
+    pub settle_ms: i64,
+    /// The group's member count when every consumer runs.
+    pub members: u32,
+    /// Readings after this (the drain, the consumers' stop) are not
+    /// judged.
+    pub end_ms: i64,
+    /// A dead member down at least this long must show from outside: the
+    /// session timeout plus two monitor cycles.
+    pub dead_visible_ms: i64,
+}
+
+/// The consumer slot an event names (`consumer 2 SIGKILLed`).
+fn slot_of(what: &str) -> Option<&str> {
+    what.strip_prefix("consumer ")?.split(' ').next()
+}
+
+fn quiet_reading(r: &Reading, members: u32) -> bool {
+    (r.1 == "keeping_up" || r.1 == "idle") && r.2.is_none_or(|m| m == members)
+}
+
+fn in_window(t: i64, faults: &[Event], settle_ms: i64) -> bool {
+    faults
+        .iter()
+        .any(|e| t >= e.t_ms && t <= e.until_ms + settle_ms)
+}
+
+/// Judges `faults` (every event the soak noted, starts included, which
+/// count as fault windows for the alarms) against the members' logs and
+/// the monitor's readings.
+pub fn judge(
+    faults: &[Event],
+    extras: &[LogExtras],
+    readings: &[Reading],
+    rules: &Rules,
+) -> Judgement {
+    let health: Vec<(i64, &str)> = extras
+        .iter()
+        .flat_map(|e| e.health.iter().map(|(t, s)| (*t, s.as_str())))
+        .filter(|(t, _)| *t <= rules.end_ms)
+        .collect();
+    let rebalances: Vec<i64> = extras
+        .iter()
+        .flat_map(|e| e.rebalances.iter().map(|r| r.until_ms))
+        .collect();
+    let readings: Vec<&Reading> = readings.iter().filter(|r| r.0 <= rules.end_ms).collect();
+    let mut out = Judgement::default();
+    let mut sorted: Vec<(&Event, Kind)> = faults
+        .iter()
+        .filter_map(|e| Some((e, Kind::of(&e.what)?)))
+        .collect();
+    sorted.sort_by_key(|(e, _)| e.t_ms);
+    for (i, &(e, kind)) in sorted.iter().enumerate() {
+        let unhealthy = health
+            .iter()
+            .filter(|(t, s)| *t >= e.t_ms && *s != "healthy")
+            .map(|(t, _)| *t);
+        let first = match kind {
+            Kind::DeadMember | Kind::GracefulLeave => unhealthy
+                .chain(rebalances.iter().copied().filter(|t| *t >= e.t_ms))
+                .min(),
+            _ => unhealthy.min(),
+        };
+        let loud = |r: &&&Reading| match kind {
+            Kind::BrokerDown => !quiet_reading(r, rules.members),
+            Kind::DeadMember | Kind::GracefulLeave => !quiet_reading(r, rules.members),
+            // A slow handler shows in the diagnosis, not the membership.
+            _ => !(r.1 == "keeping_up" || r.1 == "idle"),
+        };
+        let monitor = readings
+            .iter()
+            .find(|r| r.0 >= e.t_ms && loud(r))
+            .map(|r| (r.0 - e.t_ms, r.1.clone()));
+        // Back to quiet: the last loud report before the settle time ran
+        // out or the next fault began, whichever came first.
+        let next = sorted.get(i + 1).map_or(i64::MAX, |(n, _)| n.t_ms);
+        let end = (e.until_ms + rules.settle_ms).min(next.max(e.until_ms));
+        let in_process_back = health
+            .iter()
+            .filter(|(t, s)| *t >= e.t_ms && *t <= end && *s != "healthy")
+            .map(|(t, _)| (*t - e.until_ms).max(0))
+            .max();
+        let monitor_back = readings
+            .iter()
+            .filter(|r| r.0 >= e.t_ms && r.0 <= end && loud(r))
+            .map(|r| (r.0 - e.until_ms).max(0))
+            .max();
+        let down_ms = (kind == Kind::DeadMember)
+            .then(|| {
+                let slot = slot_of(&e.what)?;
+                let restarted = format!("consumer {slot} started");
+                faults
+                    .iter()
+                    .filter(|r| r.t_ms >= e.t_ms && r.what == restarted)
+                    .map(|r| r.t_ms - e.t_ms)
+                    .min()
+            })
+            .flatten();
+        let monitor_required = kind.required()
+            && (kind != Kind::DeadMember || down_ms.is_none_or(|d| d >= rules.dead_visible_ms));
+        out.faults.push(FaultSignals {
+            what: e.what.clone(),
+            kind,
+            down_ms,
+            monitor_required,
+            in_process: first.map(|t| t - e.t_ms),
+            in_process_back,
+            monitor,
+            monitor_back,
+        });
+    }
+    out.in_process_alarms = (
+        health
+            .iter()
+            .filter(|(t, s)| *s != "healthy" && !in_window(*t, faults, rules.settle_ms))
+            .count(),
+        health.len(),
+    );
+    out.monitor_alarms = (
+        readings
+            .iter()
+            .filter(|r| {
+                !quiet_reading(r, rules.members) && !in_window(r.0, faults, rules.settle_ms)
+            })
+            .count(),
+        readings.len(),
+    );
+    out
+}
+
+impl Judgement {
+    /// What failed: a required fault without its signal within two
+    /// windows, and any alarm outside the faults.
+    pub fn failures(&self, window_ms: i64) -> Vec<String> {
+        let mut f = Vec::new();
+        let limit = 2 * window_ms;
+        for s in self.faults.iter().filter(|s| s.kind.required()) {
+            if s.in_process.is_none_or(|t| t > limit) {
+                f.push(format!(
+                    "{}: no in-process signal within {} s",
+                    s.what,
+                    limit / 1000
+                ));
+            }
+            if s.monitor_required && s.monitor.as_ref().is_none_or(|(t, _)| *t > limit) {
+                f.push(format!(
+                    "{}: the monitor saw nothing within {} s",
+                    s.what,
+                    limit / 1000
+                ));
+            }
+        }
+        if self.in_process_alarms.0 > 0 {
+            f.push(format!(
+                "{} in-process health reports other than healthy outside the faults",
+                self.in_process_alarms.0
+            ));
+        }
+        if self.monitor_alarms.0 > 0 {
+            f.push(format!(
+                "{} monitor readings other than quiet outside the faults",
+                self.monitor_alarms.0
+            ));
+        }
+        f
+    }
+
+    /// The report's lines.
+    pub fn print(&self, settle_ms: i64) {
+        let secs = |ms: i64| ms as f64 / 1000.0;
+        println!(
+            "  in-process health: {} reports, {} not healthy outside the faults (a fault's start to {} s after its end)",
+            self.in_process_alarms.1,
+            self.in_process_alarms.0,
+            settle_ms / 1000
+        );
+        println!(
+            "  group monitor: {} cycles, {} not quiet outside the faults",
+            self.monitor_alarms.1, self.monitor_alarms.0
+        );
+        println!(
+            "  signals (time from the fault to its first signal; from its end back to quiet):"
+        );
+        for s in &self.faults {
+            let inp = match (s.in_process, s.in_process_back) {
+                (Some(t), Some(b)) => format!("{:.1} s, back {:.1} s", secs(t), secs(b)),
+                (Some(t), None) => format!(
+                    "{:.1} s (a rebalance, or in the next fault's time)",
+                    secs(t)
+                ),
+                _ => "none".to_owned(),
+            };
+            let mon = match (&s.monitor, s.monitor_back) {
+                (Some((t, r)), Some(b)) => format!("{r} {:.1} s, back {:.1} s", secs(*t), secs(b)),
+                (Some((t, r)), None) => format!("{r} {:.1} s (in the next fault's time)", secs(*t)),
+                _ => "none".to_owned(),
+            };
+            let down = s
+                .down_ms
+                .map(|d| format!(" (down {:.1} s)", secs(d)))
+                .unwrap_or_default();
+            let required = match (s.kind.required(), s.monitor_required) {
+                (false, _) => " (not required)",
+                (true, false) => " (monitor not required: replaced too soon to show)",
+                (true, true) => "",
+            };
+            println!(
+                "    {}{down}{required}: in process {inp}; monitor {mon}",
+                s.what
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(t: i64, until: i64, what: &str) -> Event {
+        Event {
+            t_ms: t,
+            until_ms: until,
+            what: what.into(),
+        }
+    }
+
+    fn member(health: &[(i64, &str)], rebalanced_at: &[i64]) -> LogExtras {
+        LogExtras {
+            health: health.iter().map(|(t, s)| (*t, (*s).to_owned())).collect(),
+            rebalances: rebalanced_at
+                .iter()
+                .map(|t| ev(t - 1_000, *t, "rebalance"))
+                .collect(),
+            ..LogExtras::default()
+        }
+    }
+
+    fn rules() -> Rules {
+        Rules {
+            settle_ms: 30_000,
+            members: 3,
+            end_ms: 1_000_000,
+            dead_visible_ms: 10_000,
+        }
+    }
+
+    #[test]
+    fn a_kill_seen_on_both_sides_in_time_passes() {
+        let faults = [ev(100_000, 100_000, "consumer 1 SIGKILLed")];
+        let extras = [member(
+            &[(99_000, "healthy"), (108_000, "healthy")],
+            &[108_000],
+        )];
+        let readings = [
+            (98_000, "keeping_up".to_owned(), Some(3)),
+            (106_000, "keeping_up".to_owned(), Some(3)),
+            (108_000, "keeping_up".to_owned(), Some(2)),
+            (150_000, "keeping_up".to_owned(), Some(3)),
+        ];
+        let j = judge(&faults, &extras, &readings, &rules());
+        assert_eq!(j.faults[0].in_process, Some(8_000));
+        assert_eq!(j.faults[0].monitor, Some((8_000, "keeping_up".into())));
+        assert!(j.failures(10_000).is_empty(), "{:?}", j.failures(10_000));
+    }
+
+    #[test]
+    fn a_slow_handler_nobody_saw_fails_and_alarms_outside_count() {
+        let faults = [ev(100_000, 130_000, "consumer 2 slow (1 s per record)")];
+        // The member reports it only 37 s in; the monitor never; a
+        // degraded report long after the fault is a false alarm.
+        let extras = [member(&[(137_000, "degraded"), (300_000, "degraded")], &[])];
+        let readings = [
+            (110_000, "keeping_up".to_owned(), Some(3)),
+            (400_000, "skewed".to_owned(), Some(3)),
+        ];
+        let j = judge(&faults, &extras, &readings, &rules());
+        let f = j.failures(10_000);
+        assert_eq!(f.len(), 4, "{f:?}");
+        assert_eq!(j.in_process_alarms, (1, 2));
+        assert_eq!(j.monitor_alarms, (1, 2));
+    }
+
+    #[test]
+    fn a_member_replaced_within_its_session_need_not_show_outside() {
+        let faults = [
+            ev(100_000, 100_000, "consumer 1 SIGKILLed"),
+            ev(106_000, 106_000, "consumer 1 started"),
+            ev(200_000, 200_000, "consumer 2 SIGKILLed"),
+            ev(215_000, 215_000, "consumer 2 started"),
+        ];
+        let extras = [member(&[], &[107_000, 207_000])];
+        let readings = [
+            (104_000, "keeping_up".to_owned(), Some(3)),
+            (108_000, "keeping_up".to_owned(), Some(3)),
+            (208_000, "keeping_up".to_owned(), Some(3)),
+        ];
+        let j = judge(&faults, &extras, &readings, &rules());
+        assert_eq!(j.faults[0].down_ms, Some(6_000));
+        assert!(!j.faults[0].monitor_required);
+        assert!(j.faults[1].monitor_required);
+        assert_eq!(
+            j.failures(10_000),
+            vec!["consumer 2 SIGKILLed: the monitor saw nothing within 20 s".to_owned()]
+        );
+    }
+
+    #[test]
+    fn graceful_leaves_and_the_collector_are_not_required() {
+        let faults = [
+            ev(0, 0, "consumer 0 SIGTERM (graceful restart)"),
+            ev(1, 60_001, "collector stopped for 60s"),
+            ev(70_000, 70_000, "consumer 0 started"),
+        ];
+        let j = judge(&faults, &[], &[], &rules());
+        assert_eq!(j.faults.len(), 2);
+        assert!(j.failures(10_000).is_empty());
+    }
+}
