@@ -13,7 +13,8 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
 
 use support::otlp_receiver::{
-    OtlpReceiver, attrs, histogram_point_with, histogram_points, number_value_with, sum_shape,
+    OtlpReceiver, attrs, histogram_point_with, histogram_points, number_points, number_value_with,
+    sum_shape,
 };
 use support::wait::within;
 
@@ -267,6 +268,80 @@ async fn flush_to_closed_port(protocol: OtlpProtocol) {
     )
     .await;
     assert!(result.is_err(), "{result:?}");
+}
+
+/// A collector outage is counted: the data points of the exports that
+/// failed while nothing listened arrive, once a collector listens on the
+/// port again, as `otel.sdk.exporter.metric_data_point.exported` with
+/// `error.type`, beside the ones exported.
+async fn an_outage_is_counted(protocol: OtlpProtocol) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let endpoint = match protocol {
+        OtlpProtocol::Grpc => format!("http://{addr}"),
+        OtlpProtocol::HttpProtobuf => format!("http://{addr}/v1/metrics"),
+    };
+    let provider = OtlpConfig::new()
+        .with_protocol(protocol)
+        .with_endpoint(endpoint)
+        .with_export_interval(Duration::from_secs(3600))
+        .with_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    record_sample(&provider);
+    for _ in 0..2 {
+        let result = within(NO_HANG, "flush", otlp::flush(&provider, FLUSH)).await;
+        assert!(result.is_err(), "nothing listens yet: {result:?}");
+    }
+    let receiver = match protocol {
+        OtlpProtocol::Grpc => OtlpReceiver::start_at(addr).await,
+        OtlpProtocol::HttpProtobuf => OtlpReceiver::start_http_at(addr).await,
+    };
+    // The gRPC channel reconnects with a backoff: flush until one lands.
+    let deadline = Instant::now() + ARRIVAL;
+    while receiver.request_count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no export arrived after the outage"
+        );
+        let _ = otlp::flush(&provider, FLUSH).await;
+    }
+    let metric = receiver
+        .wait_for_metric(
+            fresh_consumer::metrics::OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED,
+            ARRIVAL,
+        )
+        .await;
+    assert_eq!(metric.unit, "{data_point}");
+    let component = match protocol {
+        OtlpProtocol::Grpc => "otlp_grpc_metric_exporter",
+        OtlpProtocol::HttpProtobuf => "otlp_http_metric_exporter",
+    };
+    let failed: f64 = number_points(&metric)
+        .iter()
+        .filter(|(a, _)| {
+            a.get("otel.component.type").map(String::as_str) == Some(component)
+                && a.get("otel.component.name")
+                    .is_some_and(|n| n.starts_with(&format!("{component}/")))
+                && a.get("error.type").is_some()
+        })
+        .map(|(_, v)| v)
+        .sum();
+    // Two failed exports of the sample's 4 data points (2 histogram
+    // points, 2 counter points), at least.
+    assert!(failed >= 8.0, "failed data points {failed}");
+    shutdown_ok(&provider).await;
+}
+
+#[tokio::test]
+async fn grpc_outage_is_counted() {
+    an_outage_is_counted(OtlpProtocol::Grpc).await;
+}
+
+#[tokio::test]
+async fn http_outage_is_counted() {
+    an_outage_is_counted(OtlpProtocol::HttpProtobuf).await;
 }
 
 #[tokio::test]

@@ -156,7 +156,9 @@ fn code_names() -> (Vec<Metric>, BTreeSet<String>) {
     let mut metrics = Vec::new();
     let mut attributes = BTreeSet::new();
     let mut doc: Vec<String> = Vec::new();
-    for line in METRICS_RS.lines() {
+    // A constant whose line rustfmt broke after `=` is joined back first.
+    let joined = METRICS_RS.replace(": &str =\n    \"", ": &str = \"");
+    for line in joined.lines() {
         let line = line.trim();
         if let Some(text) = line.strip_prefix("///") {
             doc.push(text.trim().to_string());

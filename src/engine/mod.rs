@@ -333,7 +333,8 @@ impl RunError {
     }
 }
 
-fn scope() -> InstrumentationScope {
+/// The library's instrumentation scope (`fresh-consumer`, its version).
+pub(crate) fn scope() -> InstrumentationScope {
     InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
         .with_version(env!("CARGO_PKG_VERSION"))
         .build()

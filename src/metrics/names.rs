@@ -245,6 +245,21 @@ pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 /// for this metric.
 pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 
+/// Metric data points whose OTLP export finished, exported or failed
+/// (OpenTelemetry's SDK metric `otel.sdk.exporter.metric_data_point.exported`),
+/// counted by the exporter that [`OtlpConfig::build`](crate::otlp::OtlpConfig::build)
+/// makes: a collector outage shows, once the collector is back, as data
+/// points with [`ERROR_TYPE`].
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{data_point}` | [`OTEL_COMPONENT_TYPE`], [`OTEL_COMPONENT_NAME`], [`ERROR_TYPE`] (`timeout`, `internal_failure` (the collector unreachable or refusing), `already_shutdown`) when the export failed |
+///
+/// The SDK does not retry a failed export; with cumulative temporality
+/// (the default) the next export carries the totals again.
+pub const OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED: &str =
+    "otel.sdk.exporter.metric_data_point.exported";
+
 /// Records moved to a retry tier
 /// ([`OnExhausted::RetryTopics`](crate::OnExhausted::RetryTopics)),
 /// counted once the broker acknowledged the write, per tier written to.
@@ -630,6 +645,12 @@ pub const MESSAGING_OPERATION_TYPE: &str = "messaging.operation.type";
 /// `output_error` (an output was not acknowledged); for commits, outputs
 /// and dead-letter sends the Kafka error code name.
 pub const ERROR_TYPE: &str = "error.type";
+/// Attribute `otel.component.type`: the kind of SDK component,
+/// `otlp_grpc_metric_exporter` or `otlp_http_metric_exporter`.
+pub const OTEL_COMPONENT_TYPE: &str = "otel.component.type";
+/// Attribute `otel.component.name`: the component's type and its instance
+/// in the process, `otlp_grpc_metric_exporter/0`.
+pub const OTEL_COMPONENT_NAME: &str = "otel.component.name";
 /// Attribute `fresh_consumer.timestamp.type`: where the event time came from:
 /// `create_time`, `log_append_time`, `header` or `origin` (the upstream
 /// origin time, [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time)) (the monitor's

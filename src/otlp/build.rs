@@ -11,6 +11,9 @@ use opentelemetry_sdk::metrics::{
 };
 use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
+use std::sync::Arc;
+
+use super::accounting::{Accounted, Accounting};
 use super::env::{OtlpConfig, OtlpProtocol};
 
 /// The exporter or the meter provider could not be built
@@ -97,18 +100,34 @@ impl OtlpConfig {
     }
 
     /// A [`MeterProviderBuilder`] with the resource and a periodic OTLP reader
-    /// already set, for callers that want to add views or further readers
+    /// already set (its exporter counts what it exported and dropped, but
+    /// only [`build`](Self::build) registers the count as the metric
+    /// [`OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED`](crate::metrics::OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED)),
+    /// for callers that want to add views or further readers
     /// before building. [`OtlpConfig::build`] is this plus `.build()`.
     ///
     /// # Errors
     ///
     /// As [`OtlpConfig::build`].
     pub fn meter_provider_builder(&self) -> Result<MeterProviderBuilder, BuildError> {
+        Ok(self.parts()?.0)
+    }
+
+    /// The builder, and the exporter's accounting that [`build`](Self::build)
+    /// registers on the provider.
+    fn parts(&self) -> Result<(MeterProviderBuilder, Arc<Accounting>), BuildError> {
         let view = self
             .exponential_histograms
             .map(|(max_size, max_scale)| exponential_histogram_view(max_size, max_scale))
             .transpose()?;
-        let exporter = self.exporter()?;
+        let accounting = Accounting::new(match self.protocol {
+            OtlpProtocol::Grpc => "otlp_grpc_metric_exporter",
+            OtlpProtocol::HttpProtobuf => "otlp_http_metric_exporter",
+        });
+        let exporter = Accounted {
+            inner: self.exporter()?,
+            accounting: Arc::clone(&accounting),
+        };
         let reader = PeriodicReader::builder(exporter)
             .with_interval(self.export_interval())
             .build();
@@ -118,7 +137,7 @@ impl OtlpConfig {
         if let Some(view) = view {
             builder = builder.with_view(view);
         }
-        Ok(builder)
+        Ok((builder, accounting))
     }
 
     /// Builds the meter provider with a periodic OTLP exporter. It is not
@@ -128,7 +147,10 @@ impl OtlpConfig {
     /// gRPC channel's worker task is spawned on it) and that runtime must
     /// outlive the provider. Nothing is connected here: the connection is
     /// made at the first export, so an unreachable collector shows up as
-    /// export errors (see [`flush`]), not here.
+    /// export errors (see [`flush`]), not here, and as failed data points in
+    /// [`OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED`](crate::metrics::OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED),
+    /// which the provider exports with everything else once the collector
+    /// is back.
     ///
     /// # Errors
     ///
@@ -140,7 +162,10 @@ impl OtlpConfig {
     ///
     /// [`flush`]: fn@super::flush
     pub fn build(&self) -> Result<SdkMeterProvider, BuildError> {
-        Ok(self.meter_provider_builder()?.build())
+        let (builder, accounting) = self.parts()?;
+        let provider = builder.build();
+        accounting.register(&provider);
+        Ok(provider)
     }
 
     fn exporter(&self) -> Result<MetricExporter, BuildError> {

@@ -56,6 +56,7 @@
 #[cfg(doc)]
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
+mod accounting;
 mod build;
 mod env;
 mod flush;

@@ -110,7 +110,17 @@ fn lock(received: &Shared) -> std::sync::MutexGuard<'_, Received> {
 impl OtlpReceiver {
     /// Starts an OTLP/gRPC receiver on `127.0.0.1:0`.
     pub async fn start() -> Self {
-        let listener = bind().await;
+        Self::start_on(bind().await).await
+    }
+
+    /// Starts an OTLP/gRPC receiver on `addr` (a collector coming back on
+    /// the port it left).
+    #[allow(dead_code)]
+    pub async fn start_at(addr: SocketAddr) -> Self {
+        Self::start_on(bind_at(addr).await).await
+    }
+
+    async fn start_on(listener: tokio::net::TcpListener) -> Self {
         let addr = listener.local_addr().expect("receiver address");
         let received = Shared::default();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -147,7 +157,16 @@ impl OtlpReceiver {
     /// `POST /v1/metrics`. Requests to other paths get a 404 and are listed by
     /// [`OtlpReceiver::unexpected_http_requests`].
     pub async fn start_http() -> Self {
-        let listener = bind().await;
+        Self::start_http_on(bind().await).await
+    }
+
+    /// Starts an OTLP/HTTP receiver on `addr`.
+    #[allow(dead_code)]
+    pub async fn start_http_at(addr: SocketAddr) -> Self {
+        Self::start_http_on(bind_at(addr).await).await
+    }
+
+    async fn start_http_on(listener: tokio::net::TcpListener) -> Self {
         let addr = listener.local_addr().expect("receiver address");
         let received = Shared::default();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -479,6 +498,12 @@ impl OtlpReceiver {
             )
         })
     }
+}
+
+async fn bind_at(addr: SocketAddr) -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .unwrap_or_else(|e| panic!("bind the receiver to {addr}: {e}"))
 }
 
 async fn bind() -> tokio::net::TcpListener {
