@@ -163,7 +163,16 @@ impl Collector {
                 &format!("127.0.0.1:{}", self.http_port),
             ])
             .args(["--exporter", "blackhole", "--debug-log", "metrics"])
-            .args(["--debug-log-verbosity", "basic"])
+            // After the outage every data point is logged, so the
+            // exporters' count of what they dropped can be read back.
+            .args([
+                "--debug-log-verbosity",
+                if self.logs.is_empty() {
+                    "basic"
+                } else {
+                    "detailed"
+                },
+            ])
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -194,17 +203,45 @@ impl Collector {
         }
     }
 
-    /// The exports each of its runs received ("Received metrics" lines).
+    /// The exports each of its runs received: "Received metrics" lines
+    /// (basic verbosity) or "ResourceMetrics #0" blocks (detailed).
     pub fn exports(&self) -> Vec<usize> {
         self.logs
             .iter()
             .map(|l| {
-                std::fs::read_to_string(l)
-                    .unwrap_or_default()
-                    .matches("Received metrics")
-                    .count()
+                let text = std::fs::read_to_string(l).unwrap_or_default();
+                text.matches("Received metrics").count()
+                    + text.matches("ResourceMetrics #0").count()
             })
             .collect()
+    }
+
+    /// The highest count of data points one exporter reported as failed
+    /// (`otel.sdk.exporter.metric_data_point.exported` with `error.type`)
+    /// in the collector's last run, read from rotel's detailed log
+    /// (`-> Name: <metric>`, then per data point `-> <key>: Str(<value>)`
+    /// attribute lines and `Value: <n>`).
+    pub fn dropped_points_reported(&self) -> u64 {
+        let Some(log) = self.logs.last() else {
+            return 0;
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let (mut in_metric, mut failed, mut most) = (false, false, 0u64);
+        for line in text.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix("-> Name: ") {
+                in_metric = name == "otel.sdk.exporter.metric_data_point.exported";
+            } else if line.starts_with("NumberDataPoints #") {
+                failed = false;
+            } else if in_metric && line.starts_with("-> error.type: ") {
+                failed = true;
+            } else if let Some(v) = line.strip_prefix("Value: ")
+                && in_metric
+                && failed
+            {
+                most = most.max(v.trim().parse::<f64>().unwrap_or(0.0) as u64);
+            }
+        }
+        most
     }
 }
 

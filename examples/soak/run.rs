@@ -462,6 +462,19 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                 .failures
                 .push("no metrics reached the collector after it came back".into());
         }
+        if exports.len() > 1 {
+            let dropped = c.dropped_points_reported();
+            println!(
+                "[{}] collector: after the outage an exporter reported up to {dropped} data points it could not export",
+                now_ms()
+            );
+            if dropped == 0 {
+                consumers.failures.push(
+                    "the exporters' count of data points dropped during the outage did not reach the collector"
+                        .into(),
+                );
+            }
+        }
     }
     let _ = stop_watch.send(());
     let readings = watcher.await?;
