@@ -522,6 +522,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             members: CONSUMERS as u32,
             end_ms: drained_at,
             dead_visible_ms: SESSION_MS as i64 + 2 * watch::INTERVAL.as_millis() as i64,
+            window_ms: WINDOW_MS,
         },
     );
     let mut failures = consumers.failures.clone();

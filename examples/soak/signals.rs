@@ -23,6 +23,13 @@
 //! session times out, and a replacement that joins within a monitor cycle
 //! of that keeps the member count, while the partitions catch up under the
 //! lag threshold (`Rules::dead_visible_ms`).
+//!
+//! A slow handler shows in process through the lag-growth rule, which
+//! needs a whole `lag_growth_window` of samples of the same assignment: a
+//! rebalance (another fault's member leaving or joining) gives the member
+//! new partitions and starts their samples again. Its two windows count
+//! from the last rebalance before its signal, and it is required only when
+//! a whole window of slow handling fits after that rebalance.
 
 use super::check::{Event, LogExtras};
 use super::watch::Reading;
@@ -79,6 +86,11 @@ pub struct FaultSignals {
     pub in_process_back: Option<i64>,
     pub monitor: Option<(i64, String)>,
     pub monitor_back: Option<i64>,
+    /// Where the in-process clock started (ms after the fault's start):
+    /// 0, or the last rebalance before a slow handler's signal.
+    pub clock_from: i64,
+    /// Whether the members had to see it.
+    pub in_process_required: bool,
     /// A dead member's time down (to its replacement's start).
     pub down_ms: Option<i64>,
     /// Whether the monitor had to see it.
@@ -107,6 +119,8 @@ pub struct Rules {
     /// A dead member down at least this long must show from outside: the
     /// session timeout plus two monitor cycles.
     pub dead_visible_ms: i64,
+    /// The evaluation window (`lag_growth_window` and the rest).
+    pub window_ms: i64,
 }
 
 /// The consumer slot an event names (`consumer 2 SIGKILLed`).
@@ -160,6 +174,25 @@ pub fn judge(
                 .min(),
             _ => unhealthy.min(),
         };
+        // A slow handler's clock starts again at each rebalance before its
+        // signal (or before the clock's deadline, when there is none).
+        let mut start = e.t_ms;
+        if kind == Kind::SlowHandler {
+            loop {
+                let cutoff = first.unwrap_or(i64::MAX).min(start + 2 * rules.window_ms);
+                match rebalances
+                    .iter()
+                    .copied()
+                    .filter(|r| *r > start && *r < cutoff)
+                    .max()
+                {
+                    Some(r) => start = r,
+                    None => break,
+                }
+            }
+        }
+        let in_process_required =
+            kind.required() && (kind != Kind::SlowHandler || e.until_ms - start >= rules.window_ms);
         let loud = |r: &&&Reading| match kind {
             Kind::BrokerDown => !quiet_reading(r, rules.members),
             Kind::DeadMember | Kind::GracefulLeave => !quiet_reading(r, rules.members),
@@ -202,6 +235,8 @@ pub fn judge(
             kind,
             down_ms,
             monitor_required,
+            clock_from: start - e.t_ms,
+            in_process_required,
             in_process: first.map(|t| t - e.t_ms),
             in_process_back,
             monitor,
@@ -234,9 +269,13 @@ impl Judgement {
         let mut f = Vec::new();
         let limit = 2 * window_ms;
         for s in self.faults.iter().filter(|s| s.kind.required()) {
-            if s.in_process.is_none_or(|t| t > limit) {
+            if s.in_process_required && s.in_process.is_none_or(|t| t - s.clock_from > limit) {
+                let after = match s.clock_from {
+                    0 => String::new(),
+                    c => format!(" of the rebalance {:.1} s in", c as f64 / 1000.0),
+                };
                 f.push(format!(
-                    "{}: no in-process signal within {} s",
+                    "{}: no in-process signal within {} s{after}",
                     s.what,
                     limit / 1000
                 ));
@@ -298,10 +337,18 @@ impl Judgement {
                 .down_ms
                 .map(|d| format!(" (down {:.1} s)", secs(d)))
                 .unwrap_or_default();
-            let required = match (s.kind.required(), s.monitor_required) {
-                (false, _) => " (not required)",
-                (true, false) => " (monitor not required: replaced too soon to show)",
-                (true, true) => "",
+            let required = match (s.kind.required(), s.in_process_required, s.monitor_required) {
+                (false, _, _) => " (not required)",
+                (true, false, _) => " (in process not required: rebalanced too late to show)",
+                (true, true, false) => " (monitor not required: replaced too soon to show)",
+                (true, true, true) => "",
+            };
+            let required = match s.clock_from {
+                0 => required.to_owned(),
+                c => format!(
+                    "{required} (in-process clock from the rebalance {:.1} s in)",
+                    secs(c)
+                ),
             };
             println!(
                 "    {}{down}{required}: in process {inp}; monitor {mon}",
@@ -340,6 +387,7 @@ mod tests {
             members: 3,
             end_ms: 1_000_000,
             dead_visible_ms: 10_000,
+            window_ms: 10_000,
         }
     }
 
@@ -377,6 +425,30 @@ mod tests {
         assert_eq!(f.len(), 4, "{f:?}");
         assert_eq!(j.in_process_alarms, (1, 2));
         assert_eq!(j.monitor_alarms, (1, 2));
+    }
+
+    #[test]
+    fn a_rebalance_starts_a_slow_handlers_clock_again() {
+        let faults = [ev(100_000, 130_000, "consumer 1 slow (1 s per record)")];
+        let readings = [(110_000, "consumer_bound".to_owned(), Some(3))];
+        // Degraded 22 s in, after a rebalance 8 s in: within 20 s of it.
+        let rebalanced = [member(&[(122_000, "degraded")], &[108_000])];
+        let j = judge(&faults, &rebalanced, &readings, &rules());
+        assert_eq!(j.faults[0].clock_from, 8_000);
+        assert!(j.failures(10_000).is_empty(), "{:?}", j.failures(10_000));
+        // Without the rebalance, 22 s is too late.
+        let late = [member(&[(122_000, "degraded")], &[])];
+        let j = judge(&faults, &late, &readings, &rules());
+        assert_eq!(
+            j.failures(10_000),
+            vec!["consumer 1 slow (1 s per record): no in-process signal within 20 s".to_owned()]
+        );
+        // Rebalances 15 s and 25 s in leave less than a window of the
+        // fault: not required, and no failure without a signal.
+        let too_late = [member(&[], &[115_000, 125_000])];
+        let j = judge(&faults, &too_late, &readings, &rules());
+        assert!(!j.faults[0].in_process_required);
+        assert!(j.failures(10_000).is_empty(), "{:?}", j.failures(10_000));
     }
 
     #[test]
