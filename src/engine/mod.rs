@@ -39,7 +39,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::MeterProvider;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
@@ -56,6 +55,7 @@ use crate::handler::Handler;
 use crate::health::hub::RunGuard;
 use crate::health::view::EngineView;
 use crate::metrics::instruments::Instruments;
+use crate::metrics::scope;
 use crate::output::OutputProducer;
 use crate::summary::RunSummary;
 use assignment::Assignment;
@@ -331,11 +331,4 @@ impl RunError {
         }
         self
     }
-}
-
-/// The library's instrumentation scope (`fresh-consumer`, its version).
-pub(crate) fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build()
 }

@@ -21,3 +21,12 @@ mod names;
 pub(crate) mod partition;
 
 pub use names::*;
+
+/// The library's instrumentation scope (`fresh-consumer`, its version):
+/// the meter and tracer every instrument and span of the library is made
+/// with, and the scope the exporter's own accounting reports under.
+pub(crate) fn scope() -> opentelemetry::InstrumentationScope {
+    opentelemetry::InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}

@@ -73,7 +73,7 @@ impl Accounting {
     pub(crate) fn register(self: &Arc<Self>, provider: &SdkMeterProvider) {
         let me = Arc::clone(self);
         provider
-            .meter_with_scope(crate::engine::scope())
+            .meter_with_scope(crate::metrics::scope())
             .u64_observable_counter(OTEL_SDK_EXPORTER_METRIC_DATA_POINT_EXPORTED)
             .with_unit("{data_point}")
             .with_description(

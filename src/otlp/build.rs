@@ -343,6 +343,13 @@ mod tests {
             .with_endpoint("http://127.0.0.1:9/v1/metrics")
             .build()
             .unwrap();
-        shutdown_blocking(&provider, Duration::from_secs(5)).unwrap();
+        // Nothing listens on port 9: the final export (the exporter's own
+        // accounting is at least one data point) fails, and the shutdown
+        // says so within its timeout instead of hanging.
+        let result = shutdown_blocking(&provider, Duration::from_secs(5));
+        assert!(
+            matches!(result, Err(crate::otlp::FlushError::Shutdown(_))),
+            "{result:?}"
+        );
     }
 }
