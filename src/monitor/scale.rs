@@ -17,7 +17,11 @@
 //!    needed to keep up with the produce rate and drain the backlog within
 //!    the drain target, in one step:
 //!    `ceil(current x (produce rate + offset lag / drain target) / commit rate)`,
-//!    never above the partition count, never below the current count.
+//!    never above the partition count, never below the current count
+//!    (`current`: the members, else [`ScalePolicy::current_replicas`], else
+//!    the last answer). The next step up waits [`ScalePolicy::settle_after`]
+//!    after a change, so the commit rate reflects the new count. Asked
+//!    again within a cycle, the answer is the same.
 //! 4. **Quiet** (diagnosis idle or keeping up, and the largest time lag
 //!    below [`ScalePolicy::scale_down_lag`], well below the lag threshold
 //!    that makes a group consumer-bound) for [`ScalePolicy::scale_down_after`],
@@ -51,6 +55,9 @@ use crate::monitor::report::{Diagnosis, GroupReport, MonitorReport, Scaling};
 pub const DEFAULT_SCALE_DOWN_LAG: Duration = Duration::from_secs(15);
 /// Default for [`ScalePolicy::scale_down_after`]: 10 min.
 pub const DEFAULT_SCALE_DOWN_AFTER: Duration = Duration::from_secs(600);
+/// Default for [`ScalePolicy::settle_after`]: 5 min (the monitor's default
+/// window, [`DEFAULT_MONITOR_WINDOW`](crate::monitor::DEFAULT_MONITOR_WINDOW)).
+pub const DEFAULT_SETTLE_AFTER: Duration = Duration::from_secs(300);
 
 /// The settings of the autoscaling answer; the drain target may be given
 /// per request ([`ScaleRequest::drain_target`]).
@@ -60,6 +67,7 @@ pub struct ScalePolicy {
     drain_target: Duration,
     scale_down_lag: Duration,
     scale_down_after: Duration,
+    settle_after: Duration,
     min_replicas: u32,
     current_replicas: Option<u32>,
 }
@@ -80,6 +88,7 @@ impl ScalePolicy {
             drain_target: crate::monitor::DEFAULT_MONITOR_DRAIN_TARGET,
             scale_down_lag: DEFAULT_SCALE_DOWN_LAG,
             scale_down_after: DEFAULT_SCALE_DOWN_AFTER,
+            settle_after: DEFAULT_SETTLE_AFTER,
             min_replicas: 1,
             current_replicas: None,
         }
@@ -110,6 +119,16 @@ impl ScalePolicy {
     /// [`DEFAULT_SCALE_DOWN_AFTER`] (10 min).
     pub fn scale_down_after(mut self, after: Duration) -> Self {
         self.scale_down_after = after;
+        self
+    }
+
+    /// How long after a change of answer the next step up may come: the
+    /// commit rate the step is computed from looks back over the monitor's
+    /// [`window`](crate::monitor::GroupMonitor::window), so set it to that
+    /// window; sooner, the rate still reflects the old replica count and a
+    /// second step overshoots. Defaults to [`DEFAULT_SETTLE_AFTER`] (5 min).
+    pub fn settle_after(mut self, after: Duration) -> Self {
+        self.settle_after = after;
         self
     }
 
@@ -275,11 +294,12 @@ struct GroupState {
     quiet_since: Option<SystemTime>,
 }
 
-/// Per ScaledObject and group: the last answer.
+/// Per ScaledObject and group: the last answer, and when it last changed
+/// (`None`: never, it is the count first found).
 #[derive(Debug, Clone, Copy)]
 struct Served {
     replicas: u32,
-    changed_at: SystemTime,
+    changed_at: Option<SystemTime>,
 }
 
 /// What the gauges read: per group, the last answer and the hold reason.
@@ -482,18 +502,25 @@ impl Autoscaler {
             (held, ScaleAction::Held { reason, why })
         } else if g.diagnosis == Diagnosis::ConsumerBound {
             let drain = request.drain_target.unwrap_or(self.policy.drain_target);
-            let current = members.unwrap_or(held);
+            // The count the commit rate was measured with: the members, else
+            // the configured count, else the last answer.
+            let current = members.or(self.policy.current_replicas).unwrap_or(held);
+            let settled = served.and_then(|s| s.changed_at).is_none_or(|at| {
+                now.duration_since(at).unwrap_or_default() >= self.policy.settle_after
+            });
             match needed(g, current, drain, partitions) {
-                Some(want) if want > held => (want, ScaleAction::Up { from: held }),
+                Some(want) if want > held && settled => (want, ScaleAction::Up { from: held }),
                 _ => (held, ScaleAction::Steady),
             }
         } else {
             let quiet_for = st
                 .and_then(|s| s.quiet_since)
                 .map(|since| now.duration_since(since).unwrap_or_default());
-            let unchanged_for = served.map_or(Duration::MAX, |s| {
-                now.duration_since(s.changed_at).unwrap_or_default()
-            });
+            let unchanged_for = served
+                .and_then(|s| s.changed_at)
+                .map_or(Duration::MAX, |at| {
+                    now.duration_since(at).unwrap_or_default()
+                });
             let base = members.unwrap_or(held).min(held);
             if quiet_for.is_some_and(|q| q >= self.policy.scale_down_after)
                 && unchanged_for >= self.policy.scale_down_after
@@ -510,7 +537,8 @@ impl Autoscaler {
         };
         let changed_at = match served {
             Some(s) if s.replicas == replicas => s.changed_at,
-            _ => now,
+            None if replicas == held => None,
+            _ => Some(now),
         };
         self.served.insert(
             slot,

@@ -107,7 +107,8 @@ pub struct Args {
 
     /// With --keda-grpc: seconds a group must stay quiet, and the answer
     /// unchanged, before each step down by one replica (scaling up acts at
-    /// once).
+    /// once; a second step up waits --window after the first, so the
+    /// commit rate reflects the new count).
     #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds)]
     pub scale_down_after: f64,
 

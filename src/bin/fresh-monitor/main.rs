@@ -232,6 +232,13 @@ async fn serve(args: &Args) -> u8 {
         None => None,
     };
     // The KEDA scaler: bound before the monitor connects too.
+    if args.keda_grpc.is_some() && args.scale_down_lag >= args.lag_threshold {
+        eprintln!(
+            "error: --scale-down-lag ({} s) must be below --lag-threshold ({} s), the scale-up point",
+            args.scale_down_lag, args.lag_threshold
+        );
+        return 1;
+    }
     let keda = match args.keda_grpc {
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => Some(listener),
@@ -249,6 +256,9 @@ async fn serve(args: &Args) -> u8 {
                 .drain_target(secs(args.drain_target))
                 .scale_down_lag(secs(args.scale_down_lag))
                 .scale_down_after(secs(args.scale_down_after))
+                // The commit rate a step is computed from looks back over
+                // the window.
+                .settle_after(secs(args.window.max(args.interval)))
                 .min_replicas(args.min_replicas);
             if let Some(n) = args.replicas {
                 policy = policy.current_replicas(n);

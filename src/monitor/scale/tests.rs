@@ -162,6 +162,36 @@ fn scales_up_in_one_step_capped_at_the_partition_count() {
     ));
     let d = a.decide("ns/so", &request("g")).unwrap();
     assert_eq!((d.replicas, d.action), (5, ScaleAction::Up { from: 2 }));
+    // Asked again in the same cycle (KEDA calls GetMetrics and IsActive):
+    // the same answer, no second step.
+    let d = a.decide("ns/so", &request("g")).unwrap();
+    assert_eq!((d.replicas, d.action), (5, ScaleAction::Steady));
+    // Still behind with 5 members: no step before the commit rate settled
+    // (5 min), then one more.
+    a.observe(report(
+        60,
+        Diagnosis::ConsumerBound,
+        Duration::from_secs(60),
+        Some(5),
+        "Stable",
+    ));
+    a.observe(report(
+        120,
+        Diagnosis::ConsumerBound,
+        Duration::from_secs(60),
+        Some(5),
+        "Stable",
+    ));
+    assert_eq!(a.decide("ns/so", &request("g")).unwrap().replicas, 5);
+    a.observe(report(
+        300,
+        Diagnosis::ConsumerBound,
+        Duration::from_secs(60),
+        Some(5),
+        "Stable",
+    ));
+    let d = a.decide("ns/so", &request("g")).unwrap();
+    assert_eq!((d.replicas, d.action), (8, ScaleAction::Up { from: 5 }));
     // A drain target of 1 s asks for far more: capped at 8 partitions.
     let mut fast = request("g");
     fast.drain_target = Some(Duration::from_secs(1));
