@@ -332,11 +332,10 @@ async fn serve(args: &Args) -> u8 {
     if let Some(server) = server {
         let _ = server.await;
     }
-    if let Some(task) = keda_task {
-        match task.await {
-            Ok(Err(e)) => eprintln!("error: {}", process::chain(&e)),
-            Ok(Ok(())) | Err(_) => {}
-        }
+    if let Some(task) = keda_task
+        && let Ok(Err(e)) = task.await
+    {
+        eprintln!("error: {}", process::chain(&e));
     }
     let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
     0
