@@ -720,4 +720,35 @@ mod tests {
         let _ = hub.evaluate();
         assert_eq!(caught_up.reads(), 5);
     }
+    #[test]
+    fn a_rebalance_is_in_progress_from_the_start_and_each_revoke_until_the_next_assignment() {
+        let hub = HealthHub::new();
+        let in_progress = |h: &HealthHub| Observed::rebalance_in_progress(h);
+        assert_eq!(in_progress(&hub), None, "not running");
+        let engine: Arc<dyn EngineView> = Arc::new(FakeEngine(vec![]));
+        hub.start(
+            Arc::downgrade(&engine),
+            HealthConfig {
+                thresholds: HealthThresholds::default(),
+                retention_policy: RetentionOverrunPolicy::default(),
+                new_partitions: NewPartitionStart::Earliest,
+                statistics_interval: None,
+                commit_interval: Duration::from_secs(1),
+                read_committed: true,
+            },
+            Duration::from_secs(150),
+            Duration::from_secs(300),
+        );
+        assert_eq!(in_progress(&hub), Some(true), "joining");
+        hub.rebalance(RebalanceKind::Assigned);
+        assert_eq!(in_progress(&hub), Some(false));
+        hub.rebalance(RebalanceKind::Revoked);
+        assert_eq!(in_progress(&hub), Some(true));
+        hub.rebalance(RebalanceKind::Assigned);
+        assert_eq!(in_progress(&hub), Some(false));
+        hub.rebalance(RebalanceKind::Lost);
+        assert_eq!(in_progress(&hub), Some(true));
+        hub.stopped();
+        assert_eq!(in_progress(&hub), None, "stopped: not observed");
+    }
 }
