@@ -11,7 +11,10 @@
 //! - a live monitor on the embedded broker and on a real cluster
 //!   (`FRESH_CONSUMER_TEST_BOOTSTRAP`): `StreamIsActive` sends the current
 //!   answer at once and each change after a cycle, and a group whose
-//!   commits froze under traffic is held as dead.
+//!   commits froze under traffic is held as dead;
+//! - on a real cluster only (DescribeGroups): a member joining holds the
+//!   count as `rebalancing` until the member count is stable;
+//! - the `fresh-monitor` binary with `--keda-grpc`.
 
 mod support;
 
@@ -473,4 +476,112 @@ async fn the_binary_serves_the_scaler_and_stops_on_sigterm() {
     // The stream ended with the server.
     let end = within(WAIT, "the stream's end", stream.message()).await;
     assert!(!matches!(end, Ok(Some(_))), "{end:?}");
+}
+
+/// On Apache Kafka (the embedded broker does not describe groups): a second
+/// consumer joining a running group is a rebalance, and the scaler holds
+/// with reason `rebalancing` (the member count changed between two cycles,
+/// or DescribeGroups said PreparingRebalance/CompletingRebalance), then
+/// lets go once the count is stable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
+    support::logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("keda-rebalance", 4).await;
+    if !cluster.is_real() {
+        eprintln!("skipped: needs a real cluster (DescribeGroups)");
+        return;
+    }
+    cluster.produce_many(&topic, 4, 5).await;
+    let ok = |_r: fresh_consumer::Record| async { Ok::<(), std::io::Error>(()) };
+    let stop = CancellationToken::new();
+    let first = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, ok)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    let mut monitor = GroupMonitor::new()
+        .bootstrap_servers(cluster.bootstrap())
+        .group(&group)
+        .topics([topic.as_str()])
+        .interval(Duration::from_millis(250))
+        .window(Duration::from_secs(2))
+        .request_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect");
+    let metrics = TestMetrics::new();
+    let meter = opentelemetry::metrics::MeterProvider::meter(metrics.provider(), "test");
+    let scaler = KedaScaler::new(Autoscaler::new(ScalePolicy::new(), Some(&meter)).unwrap());
+    let (members_tx, members) = tokio::sync::watch::channel(None::<u32>);
+    let feeding = {
+        let scaler = scaler.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                if let Ok(r) = monitor.cycle().await {
+                    let _ = members_tx.send(r.groups[0].members);
+                    scaler.observe(Arc::new(r));
+                }
+            }
+        })
+    };
+    let (mut client, server) = serve(scaler).await;
+    let o = object("rebalance", &[("group", group.as_str())]);
+    let rebalancing = |m: &TestMetrics| {
+        m.gauge(
+            MONITOR_SCALE_HELD,
+            [
+                (MESSAGING_CONSUMER_GROUP_NAME, group.as_str()),
+                (SCALE_HOLD_REASON, "rebalancing"),
+            ],
+        )
+    };
+    // One member, stable: its count, not held.
+    within(WAIT, "one stable member, answered 1", async {
+        loop {
+            if *members.borrow() == Some(1) && replicas(&mut client, &o).await.is_ok_and(|n| n == 1)
+            {
+                metrics.flush().await.unwrap();
+                if rebalancing(&metrics) == vec![0.0] {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let second = tokio::spawn(
+        cluster
+            .consumer(&group, &topic, ok)
+            .run_until(stop.clone().cancelled_owned()),
+    );
+    within(WAIT, "held as rebalancing", async {
+        loop {
+            let n = replicas(&mut client, &o).await.unwrap();
+            metrics.flush().await.unwrap();
+            if rebalancing(&metrics) == vec![1.0] {
+                assert_eq!(n, 1, "held at the last answer");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    within(WAIT, "two stable members, no longer held", async {
+        loop {
+            let _ = replicas(&mut client, &o).await;
+            metrics.flush().await.unwrap();
+            if *members.borrow() == Some(2) && rebalancing(&metrics) == vec![0.0] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    stop.cancel();
+    let _ = first.await;
+    let _ = second.await;
+    feeding.abort();
+    server.cancel();
 }
