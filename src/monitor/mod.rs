@@ -50,14 +50,11 @@
 //! Inside the module: `reader.rs` does the reads, `discover.rs` the
 //! discovery rules, `judge.rs` the rules (no I/O), `report.rs` holds the
 //! report types, `export.rs` the gauges, [`scale`] the autoscaling answer
-//! (no I/O) and [`keda`] (feature `keda`) the KEDA external scaler serving
-//! it over gRPC.
+//! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
 mod discover;
 mod export;
-mod judge;
-#[cfg(any(test, feature = "testing"))]
-pub(crate) use judge::scenarios;
+pub(crate) mod judge;
 #[cfg(feature = "keda")]
 pub mod keda;
 mod reader;

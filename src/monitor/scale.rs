@@ -1,5 +1,5 @@
 //! The autoscaling answer the KEDA external scaler serves
-//! ([`keda`](crate::monitor::keda), `fresh-monitor --keda-grpc`): from the
+//! (`monitor::keda`, feature `keda`; `fresh-monitor --keda-grpc`): from the
 //! monitor's reports, the replica count a group should run, following the
 //! time-lag seed's advice. No I/O; the rules are tested on the seeds'
 //! scenarios (`scale/tests.rs`).

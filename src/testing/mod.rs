@@ -98,7 +98,7 @@ pub use run::{Running, spawn, wait_for, wait_until};
 
 /// The seeds' five scenarios as the group monitor judges them, for testing
 /// what acts on its reports (an autoscaler such as
-/// [`KedaScaler`](crate::monitor::keda::KedaScaler), an alert): one
+/// `monitor::keda::KedaScaler` (feature `keda`), an alert): one
 /// [`MonitorReport`](crate::monitor::MonitorReport) with a group per
 /// scenario, each after 13 cycles a second apart of synthetic reads of a
 /// topic `orders` with 8 partitions (window 10 s, stall_after 5 s, time-lag
@@ -116,7 +116,7 @@ pub use run::{Running, spawn, wait_for, wait_until};
 /// The README's table "KEDA's rule beside the monitor's" is computed from
 /// the same reports.
 pub fn monitor_scenarios() -> crate::monitor::MonitorReport {
-    crate::monitor::scenarios::report()
+    crate::monitor::judge::scenarios::report()
 }
 
 /// How long the kit's own reads wait for a broker's answer (admin
