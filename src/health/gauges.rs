@@ -19,6 +19,7 @@ struct Gauges {
     _size: ObservableGauge<i64>,
     _retention_margin: ObservableGauge<i64>,
     _retention_eta: ObservableGauge<f64>,
+    _rebalance_in_progress: ObservableGauge<i64>,
 }
 
 /// What the gauges observe at each collection (the hub).
@@ -27,6 +28,9 @@ pub(crate) trait Observed: Send + Sync {
     fn evaluate(&self) -> Vec<Evaluated>;
     /// The number of assigned partitions, while the engine runs.
     fn assignment_size(&self) -> Option<usize>;
+    /// Whether a rebalance is in progress for this member, while the
+    /// engine runs.
+    fn rebalance_in_progress(&self) -> Option<bool>;
 }
 
 /// The health instruments: counters recorded by the library, gauges
@@ -181,6 +185,20 @@ impl HealthInstruments {
                 })
                 .build()
         };
+        let rebalance_in_progress = {
+            let hub = hub.clone();
+            let attrs = group_attrs.to_vec();
+            meter
+                .i64_observable_gauge(REBALANCE_IN_PROGRESS)
+                .with_unit("1")
+                .with_description("1 while a rebalance is in progress for this member (from joining or a revoke until the next assignment), 0 otherwise.")
+                .with_callback(move |o| {
+                    if let Some(b) = hub.upgrade().and_then(|h| h.rebalance_in_progress()) {
+                        o.observe(i64::from(b), &attrs);
+                    }
+                })
+                .build()
+        };
         HealthInstruments {
             rebalances: meter
                 .u64_counter(REBALANCES)
@@ -208,6 +226,7 @@ impl HealthInstruments {
                 _size: size,
                 _retention_margin: retention_margin,
                 _retention_eta: retention_eta,
+                _rebalance_in_progress: rebalance_in_progress,
             },
         }
     }

@@ -210,6 +210,10 @@ pub(crate) struct HealthHub {
     /// An assignment arrived (even an empty one), or librdkafka's group
     /// join state was `steady`: the member joined its group.
     joined: AtomicBool,
+    /// A rebalance is in progress for this member: from the run's start
+    /// until the first assignment, and from each revoke (or loss) of
+    /// partitions until the next assignment (even an empty one).
+    rebalancing: AtomicBool,
     /// When the run started.
     started_at: OnceLock<Instant>,
     /// Nanoseconds since `origin` + 1 of the last "max.poll.interval.ms
@@ -239,6 +243,7 @@ impl HealthHub {
             rebalances: Default::default(),
             group_state: Mutex::new(None),
             joined: AtomicBool::new(false),
+            rebalancing: AtomicBool::new(true),
             started_at: OnceLock::new(),
             poll_exceeded_at: AtomicU64::new(0),
             brokers_down_at: AtomicU64::new(0),
@@ -311,6 +316,8 @@ impl HealthHub {
         if matches!(kind, RebalanceKind::Assigned) {
             self.joined.store(true, Ordering::Release);
         }
+        self.rebalancing
+            .store(!matches!(kind, RebalanceKind::Assigned), Ordering::Release);
         self.rebalances[kind as usize].fetch_add(1, Ordering::Relaxed);
         if let Some(i) = self.instruments.get() {
             i.rebalances.add(1, &i.rebalance_attrs[kind as usize]);
@@ -563,6 +570,11 @@ impl Observed for HealthHub {
     fn assignment_size(&self) -> Option<usize> {
         HealthHub::assignment_size(self)
     }
+
+    fn rebalance_in_progress(&self) -> Option<bool> {
+        (self.state.load(Ordering::Acquire) == RUNNING)
+            .then(|| self.rebalancing.load(Ordering::Acquire))
+    }
 }
 
 #[cfg(test)]
@@ -707,5 +719,36 @@ mod tests {
         // Evaluating for a report reads every partition.
         let _ = hub.evaluate();
         assert_eq!(caught_up.reads(), 5);
+    }
+    #[test]
+    fn a_rebalance_is_in_progress_from_the_start_and_each_revoke_until_the_next_assignment() {
+        let hub = HealthHub::new();
+        let in_progress = |h: &HealthHub| Observed::rebalance_in_progress(h);
+        assert_eq!(in_progress(&hub), None, "not running");
+        let engine: Arc<dyn EngineView> = Arc::new(FakeEngine(vec![]));
+        hub.start(
+            Arc::downgrade(&engine),
+            HealthConfig {
+                thresholds: HealthThresholds::default(),
+                retention_policy: RetentionOverrunPolicy::default(),
+                new_partitions: NewPartitionStart::Earliest,
+                statistics_interval: None,
+                commit_interval: Duration::from_secs(1),
+                read_committed: true,
+            },
+            Duration::from_secs(150),
+            Duration::from_secs(300),
+        );
+        assert_eq!(in_progress(&hub), Some(true), "joining");
+        hub.rebalance(RebalanceKind::Assigned);
+        assert_eq!(in_progress(&hub), Some(false));
+        hub.rebalance(RebalanceKind::Revoked);
+        assert_eq!(in_progress(&hub), Some(true));
+        hub.rebalance(RebalanceKind::Assigned);
+        assert_eq!(in_progress(&hub), Some(false));
+        hub.rebalance(RebalanceKind::Lost);
+        assert_eq!(in_progress(&hub), Some(true));
+        hub.stopped();
+        assert_eq!(in_progress(&hub), None, "stopped: not observed");
     }
 }

@@ -422,6 +422,20 @@ pub const OFFSET_RESETS: &str = "fresh_consumer.offset.resets";
 /// | counter (u64) | `{event}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`REBALANCE_TYPE`] |
 pub const REBALANCES: &str = "fresh_consumer.rebalances";
 
+/// 1 while a rebalance is in progress for this member: from the start of
+/// the run until its first assignment, and from each revoke (or loss) of
+/// partitions until the next assignment (even an empty one); 0 otherwise.
+/// Observed while the consumer runs. The shipped Prometheus rules silence
+/// the lag alerts while it is 1, for a bounded time (deploy/prometheus).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+///
+/// Under the cooperative protocol a member whose partitions all stay is not
+/// told of the rebalance and reads 0 throughout.
+pub const REBALANCE_IN_PROGRESS: &str = "fresh_consumer.rebalance.in_progress";
+
 /// Partitions currently assigned to this member.
 ///
 /// | instrument | unit | attributes |
@@ -565,6 +579,25 @@ pub const MONITOR_TIMESTAMP_FUTURE: &str = "fresh_consumer.monitor.timestamp.fut
 /// | counter (u64) | `{cycle}` | [`MESSAGING_SYSTEM`], [`ERROR_TYPE`] on failure |
 pub const MONITOR_CYCLES: &str = "fresh_consumer.monitor.cycles";
 
+/// The KEDA external scaler's holds, as a state set per group it was asked
+/// about: one point per [`SCALE_HOLD_REASON`] (`rebalancing`, `skewed`,
+/// `stuck`, `dead`), 1 for the reason it holds the group's replica count
+/// at its last answer, all 0 while it does not hold (see
+/// [`monitor::scale`](crate::monitor::scale)).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`SCALE_HOLD_REASON`] |
+pub const MONITOR_SCALE_HELD: &str = "fresh_consumer.monitor.scale.held";
+
+/// The replica count the KEDA external scaler last answered for a group
+/// (the metric value KEDA's HPA targets at 1 per replica).
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | gauge (i64) | `{replica}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
+pub const MONITOR_SCALE_REPLICAS: &str = "fresh_consumer.monitor.scale.replicas";
+
 /// Attribute `fresh_consumer.diagnosis`: a group diagnosis, `no_offsets`,
 /// `idle`, `dead`, `stuck`, `skewed`, `consumer_bound` or `keeping_up`.
 pub const DIAGNOSIS: &str = "fresh_consumer.diagnosis";
@@ -583,6 +616,10 @@ pub const OFFSET_RESET_REASON: &str = "fresh_consumer.offset.reset.reason";
 /// Attribute `fresh_consumer.rebalance.type`: `assigned`, `revoked` or
 /// `lost`.
 pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
+/// Attribute `fresh_consumer.scale.hold.reason`: why the KEDA scaler holds
+/// a group's replica count, `rebalancing`, `skewed`, `stuck` or `dead`
+/// ([`HoldReason`](crate::monitor::scale::HoldReason)).
+pub const SCALE_HOLD_REASON: &str = "fresh_consumer.scale.hold.reason";
 
 /// Attribute `fresh_consumer.retry.tier`: a retry tier, from `1` (see
 /// [`RetryTopics`](crate::RetryTopics)). Part of the partition attributes

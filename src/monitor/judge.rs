@@ -416,6 +416,7 @@ impl GroupTracker {
             group: group.to_owned(),
             partitions: judged.into_iter().map(|j| j.row).collect(),
             members,
+            state: None,
             diagnosis,
             named,
             total_lag,
@@ -508,5 +509,7 @@ fn suggest(
 
 #[cfg(test)]
 mod comparison;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod scenarios;
 #[cfg(test)]
 mod tests;

@@ -49,13 +49,17 @@
 //!
 //! Inside the module: `reader.rs` does the reads, `discover.rs` the
 //! discovery rules, `judge.rs` the rules (no I/O), `report.rs` holds the
-//! report types, `export.rs` the gauges.
+//! report types, `export.rs` the gauges, [`scale`] the autoscaling answer
+//! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
 mod discover;
 mod export;
-mod judge;
+pub(crate) mod judge;
+#[cfg(feature = "keda")]
+pub mod keda;
 mod reader;
 mod report;
+pub mod scale;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -711,14 +715,16 @@ impl Monitor {
             .iter()
             .map(|g| {
                 let tracker = self.trackers.entry(g.group.clone()).or_default();
-                tracker.evaluate(
+                let mut report = tracker.evaluate(
                     &g.group,
                     &g.observations,
                     g.members,
                     &self.rules,
                     now,
                     now_ms,
-                )
+                );
+                report.state = g.state.clone();
+                report
             })
             .collect();
         let report = MonitorReport {

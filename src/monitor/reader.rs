@@ -102,6 +102,9 @@ pub(crate) struct GroupReads {
     pub(crate) observations: Vec<Observation>,
     /// Members as the brokers describe the group, if they do.
     pub(crate) members: Option<u32>,
+    /// The group's state as the brokers describe it (`Stable`,
+    /// `PreparingRebalance`, ...), if they do.
+    pub(crate) state: Option<String>,
 }
 
 /// One cycle's reads: per group, its observations.
@@ -137,16 +140,16 @@ pub(crate) fn observation(
     }
 }
 
-/// The member count of a group as ListGroups/DescribeGroups describe it:
-/// `None` for a group the brokers call `Dead` (unknown to the classic
-/// protocol: it does not exist, or it is a KIP-848 consumer group) or do not
-/// list.
-fn members(list: &rdkafka::groups::GroupList, group: &str) -> Option<u32> {
+/// The member count and state of a group as ListGroups/DescribeGroups
+/// describe it: `None` for a group the brokers call `Dead` (unknown to the
+/// classic protocol: it does not exist, or it is a KIP-848 consumer group)
+/// or do not list.
+fn members(list: &rdkafka::groups::GroupList, group: &str) -> Option<(u32, String)> {
     let g = list.groups().iter().find(|g| g.name() == group)?;
     if g.state().is_empty() || g.state().eq_ignore_ascii_case("dead") {
         return None;
     }
-    Some(g.members().len() as u32)
+    Some((g.members().len() as u32, g.state().to_owned()))
 }
 
 fn client(settings: &ReaderSettings, extra: &[(&str, &str)]) -> Result<BaseConsumer, MonitorError> {
@@ -373,10 +376,12 @@ impl Reader {
             } else {
                 None
             };
+            let (members, state) = members.unzip();
             groups.push(GroupReads {
                 group: group.clone(),
                 observations,
                 members,
+                state,
             });
         }
 

@@ -39,6 +39,11 @@ pub struct GroupReport {
     /// that does not exist. The replica suggestion counts from it, else
     /// from [`GroupMonitor::current_replicas`](crate::monitor::GroupMonitor::current_replicas).
     pub members: Option<u32>,
+    /// The group's state as the brokers describe it (DescribeGroups, with
+    /// [`members`](Self::members)): `Stable`, `PreparingRebalance`,
+    /// `CompletingRebalance` (a rebalance is in progress) or `Empty`;
+    /// `None` when the brokers do not describe the group.
+    pub state: Option<String>,
     /// What is wrong, if anything (see [`Diagnosis`]).
     pub diagnosis: Diagnosis,
     /// The partitions the diagnosis is about: the frozen ones for

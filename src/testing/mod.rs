@@ -96,6 +96,29 @@ pub use metrics::{Attributes, HistogramTotals, TestMetrics};
 pub use produce::TestRecord;
 pub use run::{Running, spawn, wait_for, wait_until};
 
+/// The seeds' five scenarios as the group monitor judges them, for testing
+/// what acts on its reports (an autoscaler such as
+/// `monitor::keda::KedaScaler` (feature `keda`), an alert): one
+/// [`MonitorReport`](crate::monitor::MonitorReport) with a group per
+/// scenario, each after 13 cycles a second apart of synthetic reads of a
+/// topic `orders` with 8 partitions (window 10 s, stall_after 5 s, time-lag
+/// threshold 30 s; the groups run 2 replicas, which the brokers do not
+/// describe):
+///
+/// | group | scenario | diagnosis |
+/// |---|---|---|
+/// | `evenly-loaded` | every partition 50 s behind and falling further | `consumer_bound` |
+/// | `hot-partition` | one partition behind, the others keep up | `skewed` |
+/// | `poison-record` | one partition frozen while records arrive | `stuck` |
+/// | `dead-group` | every commit frozen while records arrive | `dead` |
+/// | `bursty-producer` | a burst of 2,000 records a partition, seconds old, read fast | `keeping_up` |
+///
+/// The README's table "KEDA's rule beside the monitor's" is computed from
+/// the same reports.
+pub fn monitor_scenarios() -> crate::monitor::MonitorReport {
+    crate::monitor::judge::scenarios::report()
+}
+
 /// How long the kit's own reads wait for a broker's answer (admin
 /// requests, offset fetches, reading a topic back).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

@@ -89,6 +89,33 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", conflicts_with = "json")]
     pub prometheus: Option<std::net::SocketAddr>,
 
+    /// Run as a service and serve the KEDA external scaler (gRPC, KEDA's
+    /// externalscaler.proto) on ADDR (such as 0.0.0.0:9465), for a
+    /// ScaledObject's `external` trigger with metadata `group` (and
+    /// optionally `topics`, `drainTargetSeconds`). Its metric is the
+    /// replica count the group should run, from time lag; it holds the
+    /// count for a skewed, stuck or dead group and during a rebalance.
+    /// Default: no scaler.
+    #[arg(long, value_name = "ADDR", conflicts_with = "json")]
+    pub keda_grpc: Option<std::net::SocketAddr>,
+
+    /// With --keda-grpc: the largest time lag, in seconds, at which a
+    /// group counts as quiet (the scale-down point; keep it well below
+    /// --lag-threshold, the scale-up point).
+    #[arg(long, value_name = "S", default_value_t = 15.0, value_parser = seconds)]
+    pub scale_down_lag: f64,
+
+    /// With --keda-grpc: seconds a group must stay quiet, and the answer
+    /// unchanged, before each step down by one replica (scaling up acts at
+    /// once; a second step up waits --window after the first, so the
+    /// commit rate reflects the new count).
+    #[arg(long, value_name = "S", default_value_t = 600.0, value_parser = seconds)]
+    pub scale_down_after: f64,
+
+    /// With --keda-grpc: the fewest replicas a step down goes to.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub min_replicas: u32,
+
     /// Seconds between the starts of two cycles.
     #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = seconds)]
     pub interval: f64,
@@ -146,15 +173,15 @@ pub struct Args {
     pub read_timeout: f64,
 
     /// Self-contained demo on an embedded broker (no Kafka needed).
-    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve", "prometheus", "discover", "include", "exclude"])]
+    #[arg(long, conflicts_with_all = ["bootstrap", "groups", "topics", "serve", "prometheus", "keda_grpc", "discover", "include", "exclude"])]
     pub demo: bool,
 }
 
 impl Args {
-    /// Whether the tool runs as a service (OTLP, a scrape endpoint, or
-    /// both).
+    /// Whether the tool runs as a service (OTLP, a scrape endpoint, the
+    /// KEDA scaler, or several).
     pub fn service(&self) -> bool {
-        self.serve || self.prometheus.is_some()
+        self.serve || self.prometheus.is_some() || self.keda_grpc.is_some()
     }
 
     /// Whether groups are discovered.

@@ -28,6 +28,8 @@ mod process;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use fresh_consumer::monitor::keda::KedaScaler;
+use fresh_consumer::monitor::scale::{Autoscaler, ScalePolicy};
 use fresh_consumer::monitor::{Diagnosis, GroupMonitor, MonitorError};
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -229,7 +231,48 @@ async fn serve(args: &Args) -> u8 {
         },
         None => None,
     };
+    // The KEDA scaler: bound before the monitor connects too.
+    if args.keda_grpc.is_some() && args.scale_down_lag >= args.lag_threshold {
+        eprintln!(
+            "error: --scale-down-lag ({} s) must be below --lag-threshold ({} s), the scale-up point",
+            args.scale_down_lag, args.lag_threshold
+        );
+        return 1;
+    }
+    let keda = match args.keda_grpc {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                eprintln!("error: KEDA scaler address {addr}: {e}");
+                return 1;
+            }
+        },
+        None => None,
+    };
     let provider = builder.build();
+    let scaler = match keda {
+        Some(listener) => {
+            let mut policy = ScalePolicy::new()
+                .drain_target(secs(args.drain_target))
+                .scale_down_lag(secs(args.scale_down_lag))
+                .scale_down_after(secs(args.scale_down_after))
+                // The commit rate a step is computed from looks back over
+                // the window.
+                .settle_after(secs(args.window.max(args.interval)))
+                .min_replicas(args.min_replicas);
+            if let Some(n) = args.replicas {
+                policy = policy.current_replicas(n);
+            }
+            match Autoscaler::new(policy, Some(&provider.meter("fresh-consumer"))) {
+                Ok(a) => Some((KedaScaler::new(a), listener)),
+                Err(e) => {
+                    eprintln!("error: {}", process::chain(&e));
+                    return 1;
+                }
+            }
+        }
+        None => None,
+    };
     let monitor = builder_of(args).meter(provider.meter("fresh-consumer"));
     let mut monitor = match monitor.connect().await {
         Ok(m) => m,
@@ -248,6 +291,13 @@ async fn serve(args: &Args) -> u8 {
             registry,
             stop.clone().cancelled_owned(),
         ))
+    });
+    let keda_server = scaler.as_ref().map(|(scaler, _)| scaler.clone());
+    let keda_task = scaler.map(|(scaler, listener)| {
+        if let Ok(addr) = listener.local_addr() {
+            println!("serving the KEDA external scaler (gRPC) on {addr}");
+        }
+        tokio::spawn(scaler.serve(listener, stop.clone().cancelled_owned()))
     });
     // A cycle that overran its interval is followed by the next one an
     // interval later, not at once.
@@ -271,6 +321,9 @@ async fn serve(args: &Args) -> u8 {
                 for g in &r.groups {
                     println!("{}", output::summary_line(g));
                 }
+                if let Some(k) = &keda_server {
+                    k.observe(std::sync::Arc::new(r));
+                }
             }
             Err(e) => eprintln!("cycle failed: {}", process::chain(&e)),
         }
@@ -278,6 +331,11 @@ async fn serve(args: &Args) -> u8 {
     stop.cancel();
     if let Some(server) = server {
         let _ = server.await;
+    }
+    if let Some(task) = keda_task
+        && let Ok(Err(e)) = task.await
+    {
+        eprintln!("error: {}", process::chain(&e));
     }
     let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
     0
