@@ -170,10 +170,11 @@ where
     // Transactional outputs: the producer's transactions begin before
     // anything is consumed (which fences an earlier producer with the
     // same transactional id and aborts its open transaction).
-    let transactions = match &outputs {
-        Some(producer) if producer.is_transactional() => {
+    let transactions = match (&outputs, &settings.outputs) {
+        (Some(producer), Some(config)) if producer.is_transactional() => {
             let tx = Arc::new(transaction::Transactions::new(
-                producer.handle(),
+                Arc::clone(producer),
+                config.transaction_timeout(),
                 settings.revoke_timeout,
                 shutdown.clone(),
                 instruments.clone(),

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
+
+use crate::output::OutputProducer;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::partition::PartitionState;
@@ -29,6 +31,9 @@ use crate::metrics::instruments::{Instruments, kafka_error_name};
 /// How long `init_transactions`, `send_offsets_to_transaction`,
 /// `commit_transaction` and `abort_transaction` may take.
 pub(crate) const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The abort reason of a transaction the broker timed out.
+const TIMED_OUT: &str = "transaction_timeout";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -132,7 +137,10 @@ pub(crate) enum Doom {
 /// The transactions of one run: the transactional output producer, the
 /// gate, and the open transaction's state.
 pub(crate) struct Transactions {
-    producer: FutureProducer,
+    /// The output producer (transactional).
+    outputs: Arc<OutputProducer>,
+    /// Its `transaction.timeout.ms`.
+    timeout: Duration,
     pub(crate) gate: Gate,
     /// How long a commit waits for the handler calls inside the gate.
     pub(crate) gate_wait: Duration,
@@ -149,7 +157,7 @@ pub(crate) struct Transactions {
 struct Open {
     /// The partitions whose handler calls wrote outputs into it.
     members: Vec<Arc<PartitionState>>,
-    /// When its first output was written.
+    /// When the first handler call that wrote into it started.
     since: Option<Instant>,
     doom: Option<Doom>,
 }
@@ -167,13 +175,15 @@ pub(crate) enum Ended {
 
 impl Transactions {
     pub(crate) fn new(
-        producer: FutureProducer,
+        outputs: Arc<OutputProducer>,
+        timeout: Duration,
         gate_wait: Duration,
         shutdown: CancellationToken,
         instruments: Instruments,
     ) -> Self {
         Transactions {
-            producer,
+            outputs,
+            timeout,
             gate: Gate::default(),
             gate_wait,
             open: Mutex::new(Open::default()),
@@ -187,8 +197,34 @@ impl Transactions {
     /// `transactional.id`, and aborting its open transaction), then the
     /// first transaction begins. Blocking.
     pub(crate) fn init(&self) -> Result<(), KafkaError> {
-        self.producer.init_transactions(TRANSACTION_CALL_TIMEOUT)?;
-        self.producer.begin_transaction()
+        let producer = self.producer();
+        producer.init_transactions(TRANSACTION_CALL_TIMEOUT)?;
+        producer.begin_transaction()
+    }
+
+    /// The transactional producer now.
+    fn producer(&self) -> FutureProducer {
+        self.outputs.handle()
+    }
+
+    /// After a fatal error `e` on a transactional call: when the open
+    /// transaction (first written at `since`) is older than
+    /// `transaction.timeout.ms`, the broker aborted it and bumped the
+    /// producer's epoch, which librdkafka reports as a fence (`_FENCED`):
+    /// the producer is replaced by a new one with the same
+    /// `transactional.id`, whose transactions begin afresh (`Ok`; the
+    /// caller rewinds). Otherwise another producer with the same id fenced
+    /// this one: the run stops (`Err`).
+    fn recover(&self, e: KafkaError, since: Option<Instant>) -> Result<(), KafkaError> {
+        if !since.is_some_and(|s| s.elapsed() >= self.timeout) {
+            return Err(self.set_fatal(e));
+        }
+        tracing::warn!(error = %e, transaction_timeout = ?self.timeout, "the open transaction outlived transaction.timeout.ms and the broker aborted it (librdkafka reports the epoch bump as a fence); starting a new producer with the same transactional.id");
+        let old = self.outputs.replace().map_err(|e| self.set_fatal(e))?;
+        // Dropped here, on the committer's thread: purges, flushes and
+        // joins the old producer's threads.
+        drop(old);
+        self.init().map_err(|e| self.set_fatal(e))
     }
 
     /// The fatal error that ended the transactions, if any.
@@ -210,11 +246,13 @@ impl Transactions {
         e
     }
 
-    /// A handler call of `state` wrote outputs into the open transaction
-    /// (called inside the gate).
-    pub(crate) fn joined(&self, state: &Arc<PartitionState>) {
+    /// A handler call of `state` that started at `call_started` wrote
+    /// outputs into the open transaction (called inside the gate). The
+    /// transaction's age counts from the earliest such call's start (its
+    /// first output came at or after it).
+    pub(crate) fn joined(&self, state: &Arc<PartitionState>, call_started: Instant) {
         let mut open = lock(&self.open);
-        open.since.get_or_insert_with(Instant::now);
+        open.since = Some(open.since.map_or(call_started, |s| s.min(call_started)));
         if !state.in_transaction.swap(true, Ordering::AcqRel) {
             open.members.push(Arc::clone(state));
         }
@@ -277,33 +315,53 @@ impl Transactions {
                     self.next(&members)?;
                     return Ok(Ended::Committed);
                 }
-                Err(e) if is_fatal(&e) => return Err(self.set_fatal(e)),
-                Err(e) => e
-                    .rdkafka_error_code()
-                    .map(kafka_error_name)
-                    .unwrap_or_else(|| "_OTHER".to_owned()),
+                Err(e) => {
+                    let name = e
+                        .rdkafka_error_code()
+                        .map(kafka_error_name)
+                        .unwrap_or_else(|| "_OTHER".to_owned());
+                    if is_fatal(&e) {
+                        self.recover(e, since)?;
+                        return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+                    }
+                    name
+                }
             },
         };
-        if let Err(e) = self.producer.abort_transaction(TRANSACTION_CALL_TIMEOUT) {
-            // An abort that fails leaves the producer in a state the
-            // library cannot reason about: stop rather than guess.
+        if let Err(e) = self.producer().abort_transaction(TRANSACTION_CALL_TIMEOUT) {
+            // A fatal producer (the broker timed the transaction out, see
+            // `recover`) starts afresh; any other failed abort leaves the
+            // producer in a state the library cannot reason about: stop
+            // rather than guess.
+            if is_fatal(&e) {
+                self.recover(e, since)?;
+                return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+            }
             return Err(self.set_fatal(e));
         }
+        self.next(&members)?;
+        Ok(self.aborted(&members, started, reason))
+    }
+
+    /// After an abort (the next transaction has begun): counts it and
+    /// marks its members to rewind.
+    fn aborted(&self, members: &[Arc<PartitionState>], started: Instant, reason: String) -> Ended {
         self.instruments
             .transaction(started.elapsed(), Some(reason.clone()));
-        for m in &members {
+        for m in members {
             lock(&m.ages).clear();
+            m.in_transaction.store(false, Ordering::Release);
             m.rewind.store(true, Ordering::Release);
             // An idle worker rewinds at once.
             m.wake.notify_one();
         }
+        *lock(&self.open) = Open::default();
         tracing::warn!(
             reason = %reason,
             partitions = members.len(),
             "transaction aborted; the partitions that wrote outputs into it are rewound to their last committed offsets and handled again"
         );
-        self.next(&members)?;
-        Ok(Ended::Aborted(reason))
+        Ended::Aborted(reason)
     }
 
     /// Adds `offsets` (if any) and commits, retrying a retriable error.
@@ -318,15 +376,13 @@ impl Transactions {
     {
         if offsets.count() > 0 {
             let metadata = consumer.group_metadata().ok_or(KafkaError::Canceled)?;
+            let producer = self.producer();
             retried(|| {
-                self.producer.send_offsets_to_transaction(
-                    offsets,
-                    &metadata,
-                    TRANSACTION_CALL_TIMEOUT,
-                )
+                producer.send_offsets_to_transaction(offsets, &metadata, TRANSACTION_CALL_TIMEOUT)
             })?;
         }
-        retried(|| self.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT))
+        let producer = self.producer();
+        retried(|| producer.commit_transaction(TRANSACTION_CALL_TIMEOUT))
     }
 
     /// After a transaction ended: forgets its members and begins the next.
@@ -335,7 +391,7 @@ impl Transactions {
             m.in_transaction.store(false, Ordering::Release);
         }
         *lock(&self.open) = Open::default();
-        self.producer
+        self.producer()
             .begin_transaction()
             .map_err(|e| self.set_fatal(e))
     }

@@ -257,11 +257,13 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// [`ERROR_TYPE`] of an aborted transaction: `handler_failed` (a handler
 /// call that wrote into it failed, timed out or panicked: its outputs must
 /// not be committed), `partition_revoked` (a partition that wrote into it
-/// was revoked or lost before its offsets could go with its outputs), or
-/// the Kafka error name of the failed `send_offsets_to_transaction` or
-/// `commit_transaction` (`INVALID_PRODUCER_EPOCH` after the broker's
-/// `transaction.timeout.ms`, `_TIMED_OUT`, ...). A fenced producer ends
-/// the run ([`RunError::Fatal`](crate::RunError::Fatal)) without counting.
+/// was revoked or lost before its offsets could go with its outputs),
+/// `transaction_timeout` (it outlived the producer's
+/// `transaction.timeout.ms` and the broker aborted it; the library starts
+/// a new producer with the same id), or the Kafka error name of the failed
+/// `send_offsets_to_transaction` or `commit_transaction` (`_TIMED_OUT`,
+/// ...). A producer fenced by another with the same id ends the run
+/// ([`RunError::Fatal`](crate::RunError::Fatal)) without counting.
 pub const TRANSACTIONS: &str = "fresh_consumer.transactions";
 
 /// Duration of a Kafka transaction of transactional outputs: from its

@@ -43,7 +43,8 @@ pub(crate) struct OutputProducer {
 
 impl OutputProducer {
     /// The producer's configuration: the consumer's connection and security
-    /// properties, `message.timeout.ms` 30 s and `linger.ms` 0 unless set, the user's
+    /// properties, `message.timeout.ms` 30 s (at most a transactional
+    /// producer's `transaction.timeout.ms`) and `linger.ms` 0 unless set, the user's
     /// properties (checked by [`OutputConfig::check`]), then `acks=all` and
     /// idempotence over any alias.
     pub(crate) fn producer_config(
@@ -57,7 +58,17 @@ impl OutputProducer {
         {
             cc.set(k, v);
         }
-        cc.set("message.timeout.ms", "30000");
+        // librdkafka refuses a transactional producer whose
+        // `message.timeout.ms` exceeds its `transaction.timeout.ms`.
+        let transaction_timeout = config
+            .producer_properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "transaction.timeout.ms")
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .filter(|_| config.transactional_id.is_some());
+        let message_timeout = transaction_timeout.map_or(30_000, |t| t.min(30_000));
+        cc.set("message.timeout.ms", message_timeout.to_string());
         // The attempt waits for its outputs' acknowledgements, so the
         // partition's next record waits too: librdkafka's default linger
         // of 5 ms added to every record (benches/outputs.rs: about 700
@@ -88,6 +99,12 @@ impl OutputProducer {
     /// The producer (a handle to it): what the transactions run on.
     pub(crate) fn handle(&self) -> FutureProducer {
         self.producer.get()
+    }
+
+    /// Replaces a transactional producer that turned fatal with a new one
+    /// (the caller initialises its transactions); returns the old one.
+    pub(crate) fn replace(&self) -> Result<FutureProducer, KafkaError> {
+        self.producer.replace()
     }
 
     /// Whether the producer is transactional.

@@ -270,6 +270,19 @@ impl OutputConfig {
         self
     }
 
+    /// The producer's `transaction.timeout.ms` (librdkafka's default 60 s
+    /// unless set with [`producer_property`](Self::producer_property)).
+    pub(crate) fn transaction_timeout(&self) -> std::time::Duration {
+        let ms = self
+            .producer_properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "transaction.timeout.ms")
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .unwrap_or(60_000);
+        std::time::Duration::from_millis(ms)
+    }
+
     /// Whether [`transactional_id`](Self::transactional_id) was set.
     pub fn is_transactional(&self) -> bool {
         self.transactional_id.is_some()

@@ -195,7 +195,7 @@ impl<H: Handler> Worker<H> {
             if sent > 0
                 && let Some(tx) = &self.engine.transactions
             {
-                tx.joined(&self.state);
+                tx.joined(&self.state, started);
                 if !matches!(outcome, Attempt::Succeeded) {
                     // Its outputs are in the transaction: it must not
                     // commit. The committer aborts it now.
