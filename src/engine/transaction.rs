@@ -216,7 +216,7 @@ impl Transactions {
     /// caller rewinds). Otherwise another producer with the same id fenced
     /// this one: the run stops (`Err`).
     fn recover(&self, e: KafkaError, since: Option<Instant>) -> Result<(), KafkaError> {
-        if !since.is_some_and(|s| s.elapsed() >= self.timeout) {
+        if since.is_none_or(|s| s.elapsed() < self.timeout) {
             return Err(self.set_fatal(e));
         }
         tracing::warn!(error = %e, transaction_timeout = ?self.timeout, "the open transaction outlived transaction.timeout.ms and the broker aborted it (librdkafka reports the epoch bump as a fence); starting a new producer with the same transactional.id");
