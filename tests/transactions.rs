@@ -453,6 +453,61 @@ async fn a_second_member_with_the_same_transactional_id_fences_the_first() {
     assert_outputs(&cluster, &keys, 2, 30);
 }
 
+/// A second member (its own transactional id) joining mid-stream takes
+/// half the partitions over: the first commits its open transaction (with
+/// the revoked partitions' offsets) before they move, so the new owner
+/// starts after the outputs already committed and a read_committed reader
+/// sees each input's output once (KIP-447: the offsets carry the group's
+/// generation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_commits_the_open_transaction_before_the_partitions_move() {
+    let (cluster, topic, group) = TestCluster::with_topic("tx-handover", 4).await;
+    if !cluster.is_real() {
+        eprintln!(
+            "skipped: needs a real broker (the mock stores no offsets committed in a transaction: the new owner would start over)"
+        );
+        return;
+    }
+    let out_topic = cluster.topic("tx-handover-out", 2).await;
+    cluster.produce_many(&topic, 4, 100).await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let member = |id: &str, calls: Arc<AtomicU32>| {
+        let to = out_topic.clone();
+        let handler = move |r: Record| {
+            let (to, calls) = (to.clone(), Arc::clone(&calls));
+            async move {
+                calls.fetch_add(1, Ordering::Relaxed);
+                transform(&to, &r).await?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<(), BoxError>(())
+            }
+        };
+        cluster
+            .consumer(&group, &topic, handler)
+            .outputs(OutputConfig::new().transactional_id(format!("{group}-{id}")))
+            .commit_interval(Duration::from_millis(500))
+    };
+    let first = start(member("a", Arc::clone(&calls)));
+    wait_until(WAIT, "the first member is mid-stream", || async {
+        calls.load(Ordering::Relaxed) >= 40
+    })
+    .await;
+    let second = start(member("b", Arc::clone(&calls)));
+    cluster.wait_committed(&group, &topic, &[100; 4]).await;
+    let (a, b) = (first.stop().await, second.stop().await);
+    assert!(
+        a.rebalances >= 2 && b.records_succeeded > 0,
+        "the partitions moved: {a:?} {b:?}"
+    );
+    let keys = {
+        let (bootstrap, t) = (cluster.bootstrap().to_owned(), out_topic.clone());
+        tokio::task::spawn_blocking(move || read_committed(&bootstrap, &t, 2))
+            .await
+            .unwrap()
+    };
+    assert_outputs(&cluster, &keys, 4, 100);
+}
+
 /// Settings transactions cannot run with are typed errors before any I/O.
 #[tokio::test]
 async fn bad_transactional_settings_are_typed_errors() {

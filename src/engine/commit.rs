@@ -163,7 +163,7 @@ impl Committer {
     /// every partition (a transaction is one atomic step: `scope` only
     /// widens what is looked at), once the handler calls inside the gate
     /// left. When they do not leave within the gate's wait, nothing
-    /// happens (`Ok(0)`; the next cycle tries again).
+    /// happens (`Err(Canceled)`; the next cycle tries again).
     fn commit_transaction<C: Consumer<X>, X: ConsumerContext>(
         &self,
         tx: &Transactions,
@@ -177,7 +177,8 @@ impl Committer {
             tracing::debug!(
                 "handler calls still inside the transaction; it ends at the next commit"
             );
-            return Ok(0);
+            // Nothing was committed: a revoke or the shutdown says so.
+            return Err(KafkaError::Canceled);
         };
         let _gate = self
             .assignment

@@ -49,6 +49,14 @@
 //! completes the records before it only once every output of the call is
 //! acknowledged.
 //!
+//! **Transactions.** With [`OutputConfig::transactional_id`] nothing is
+//! waited for inside the attempt: the outputs go into the open Kafka
+//! transaction, which the library commits once per commit cycle together
+//! with the completed input offsets (exactly once into Kafka for
+//! `read_committed` readers). A call that wrote outputs and failed aborts
+//! the transaction and its partitions are handled again from their last
+//! committed offsets. See the README's "Exactly once into Kafka".
+//!
 //! **Headers the library adds** to each output, unless the output already
 //! has a header of that name (set it yourself to override):
 //! - [`ORIGIN_TIME_HEADER`]: the origin event time, milliseconds since the
