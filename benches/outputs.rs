@@ -1,9 +1,11 @@
-//! Handler outputs (issue 26, first slice): what consume-transform-produce
-//! at-least-once costs against a consumer with no outputs, in one run.
+//! Handler outputs (issue 26): what consume-transform-produce costs,
+//! at-least-once and transactional (exactly once into Kafka), against a
+//! consumer with no outputs, in one run.
 //!
 //!     cargo bench --bench outputs
 //!     BENCH_OUTPUTS_RECORDS=8000 BENCH_OUTPUTS_PARTITIONS=4 BENCH_OUTPUTS_ROUNDS=3 cargo bench --bench outputs
 //!     cargo bench --bench outputs -- --test     # one small round, as a smoke test
+//!     BENCH_OUTPUTS_SKIP=outputs-linger5 cargo bench --bench outputs   # leave variants out
 //!
 //! Latest results, with the date, machine and commit: benches/README.md
 //! (from the summary this bench prints at the end).
@@ -23,7 +25,13 @@
 //! - `outputs-linger5`: the same with librdkafka's default `linger.ms=5`,
 //!   which the output producer overrides: why it does;
 //! - `batch`: a batch handler (up to 500 records) sending one output per
-//!   input: one wait per batch.
+//!   input: one wait per batch;
+//! - `transactional`: the per-record handler of `outputs` with
+//!   `OutputConfig::transactional_id`: one Kafka transaction per commit
+//!   cycle, no acknowledgement wait per record (the commit flushes). The
+//!   commits during the run count (the committer closes the transaction
+//!   gate while it commits, holding handler calls); the last cycle's does
+//!   not, as no variant's final commit does.
 //!
 //! Throughput: N over the time from the first handler call to the N-th
 //! record completed (group join and shutdown are not in it). The summary
@@ -46,13 +54,15 @@ enum Variant {
     Outputs,
     OutputsLinger5,
     Batch,
+    Transactional,
 }
 
-const VARIANTS: [Variant; 4] = [
+const VARIANTS: [Variant; 5] = [
     Variant::None,
     Variant::Outputs,
     Variant::OutputsLinger5,
     Variant::Batch,
+    Variant::Transactional,
 ];
 
 impl Variant {
@@ -62,6 +72,7 @@ impl Variant {
             Variant::Outputs => "outputs",
             Variant::OutputsLinger5 => "outputs-linger5",
             Variant::Batch => "batch",
+            Variant::Transactional => "transactional",
         }
     }
 }
@@ -132,6 +143,9 @@ async fn run_once(
                 Variant::OutputsLinger5 => {
                     c.outputs(OutputConfig::new().producer_property("linger.ms", "5"))
                 }
+                Variant::Transactional => {
+                    c.outputs(OutputConfig::new().transactional_id(unique("outputs-bench-tx")))
+                }
                 _ => c,
             };
             tokio::time::timeout(DEADLINE, c.commit_interval(every).run_until(done)).await
@@ -167,6 +181,7 @@ fn main() {
     } else {
         env_or("BENCH_OUTPUTS_ROUNDS", 3).max(1)
     };
+    let skip = std::env::var("BENCH_OUTPUTS_SKIP").unwrap_or_default();
     let broker = support::mock_broker();
     let rt = support::runtime();
     for commit in [None, Some(Duration::from_millis(100))] {
@@ -183,6 +198,9 @@ fn main() {
             }
             for i in order {
                 let v = VARIANTS[i];
+                if skip.split(',').any(|s| s.trim() == v.name()) {
+                    continue;
+                }
                 let rate = rt.block_on(run_once(&broker, v, commit, records, partitions));
                 println!(
                     "{label}, round {}: {:16} {:>10.0} records/s",
@@ -199,6 +217,9 @@ fn main() {
             support::machine()
         );
         for (i, v) in VARIANTS.iter().enumerate() {
+            if rates[i].is_empty() {
+                continue;
+            }
             let ratios: Vec<f64> = rates[i]
                 .iter()
                 .zip(&rates[0])

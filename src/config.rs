@@ -327,6 +327,26 @@ impl Settings {
         }
         if let Some(outputs) = &self.outputs {
             outputs.check()?;
+            if outputs.is_transactional() {
+                let unsupported = if self.batch.is_some() {
+                    Some("a batch handler")
+                } else if matches!(self.processing_order, ProcessingOrder::Key { max_in_flight } if max_in_flight > 1)
+                {
+                    Some("key order with more than one record in flight")
+                } else if !self.split_partition_queues {
+                    Some("split_partition_queues(false)")
+                } else {
+                    None
+                };
+                if let Some(what) = unsupported {
+                    return Err(ConfigError::InvalidOption {
+                        option: "transactional_id",
+                        reason: format!(
+                            "transactional outputs do not support {what} yet (an aborted transaction rewinds a partition, which only the one-record-at-a-time loop on a split partition queue does)"
+                        ),
+                    });
+                }
+            }
         }
         if !self.read_headers {
             if self.origin_time || self.outputs.is_some() {

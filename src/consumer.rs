@@ -464,12 +464,24 @@ impl<H> FreshConsumer<H> {
     /// ([`ORIGIN_TIME_HEADER`](crate::output::ORIGIN_TIME_HEADER)) and,
     /// with tracing on, the process span's context. See [`crate::output`].
     ///
+    /// With [`OutputConfig::transactional_id`] the outputs go into one
+    /// Kafka transaction per commit cycle together with the input offsets
+    /// (exactly once into Kafka: the README's "Exactly once into Kafka").
+    ///
     /// # Errors
     /// [`ConfigError::OutputProducerProperty`] from
     /// [`validate`](Self::validate) and `run_until` for a producer property
-    /// that would weaken the acknowledgement, or a `transactional.id`;
+    /// that would weaken the acknowledgement, or the raw
+    /// `transactional.id` property;
     /// [`ConfigError::InvalidOption`] (option `read_headers`) with
-    /// `read_headers(false)` (an input's origin time travels in a header).
+    /// `read_headers(false)` (an input's origin time travels in a header),
+    /// and (option `transactional_id`) for transactional outputs with an
+    /// empty id, a batch handler, key order with more than one record in
+    /// flight or `split_partition_queues(false)`. With transactional
+    /// outputs, `run_until` fails with [`RunError::Client`](crate::RunError::Client)
+    /// when `init_transactions` fails, and ends with
+    /// [`RunError::Fatal`](crate::RunError::Fatal) when another producer
+    /// with the same id fenced this one.
     pub fn outputs(mut self, config: OutputConfig) -> Self {
         self.settings.outputs = Some(config);
         self

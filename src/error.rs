@@ -69,7 +69,8 @@ pub enum ConfigError {
     /// that would let a commit cover an output the brokers did not durably
     /// acknowledge (`acks` other than `all`/`-1`, `enable.idempotence` other
     /// than `true`, more than 5 requests in flight), or a `transactional.id`
-    /// (transactional outputs are not supported yet).
+    /// (set [`OutputConfig::transactional_id`](crate::OutputConfig::transactional_id)
+    /// instead).
     #[error(
         "output producer property `{property}={value}` is refused: {reason}; the output producer always uses acks=all with enable.idempotence=true"
     )]
@@ -159,6 +160,12 @@ pub enum RunError {
     NoRuntime,
     /// The consumer stopped on a fatal librdkafka error (for example a fenced
     /// static member); completed work was committed first where possible.
+    /// With transactional outputs, also a fenced or otherwise fatal output
+    /// producer (another producer with the same
+    /// [`transactional_id`](crate::OutputConfig::transactional_id), a
+    /// zombie after a rebalance): then nothing was committed after the
+    /// error, and the open transaction's outputs are never visible to a
+    /// `read_committed` reader.
     #[error("fatal kafka error")]
     Fatal(#[source] KafkaError),
 }

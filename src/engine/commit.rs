@@ -15,6 +15,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::engine::assignment::Assignment;
 use crate::engine::counters::Counters;
 use crate::engine::partition::{CommitQueue, PartitionState};
+use crate::engine::transaction::{Ended, Transactions};
 use crate::failure::Exhausted;
 use crate::metrics::instruments::{Instruments, kafka_error_name};
 
@@ -46,6 +47,8 @@ pub(crate) struct Committer {
     completed_since_commit: AtomicUsize,
     /// Commit when this many records completed since the last commit.
     batch_records: usize,
+    /// Transactional outputs: offsets are committed inside transactions.
+    pub(crate) transactions: Option<Arc<Transactions>>,
 }
 
 impl Committer {
@@ -55,6 +58,7 @@ impl Committer {
         instruments: Instruments,
         tx: Sender<CommitCmd>,
         batch_records: usize,
+        transactions: Option<Arc<Transactions>>,
     ) -> Self {
         Committer {
             assignment,
@@ -64,6 +68,7 @@ impl Committer {
             queue: CommitQueue::default(),
             completed_since_commit: AtomicUsize::new(0),
             batch_records,
+            transactions,
         }
     }
 
@@ -88,6 +93,9 @@ impl Committer {
         consumer: &C,
         scope: Scope<'_>,
     ) -> Result<usize, KafkaError> {
+        if let Some(tx) = &self.transactions {
+            return self.commit_transaction(tx, consumer, scope);
+        }
         let _gate = self
             .assignment
             .commit_gate
@@ -145,6 +153,94 @@ impl Committer {
                 self.queue.put_back(entries.into_iter().map(|(s, _)| s));
                 Err(e)
             }
+        }
+    }
+}
+
+impl Committer {
+    /// [`Self::commit`] with transactional outputs: ends the open
+    /// transaction (see `transaction.rs`) with the completed offsets of
+    /// every partition (a transaction is one atomic step: `scope` only
+    /// widens what is looked at), once the handler calls inside the gate
+    /// left. When they do not leave within the gate's wait, nothing
+    /// happens (`Err(Canceled)`; the next cycle tries again).
+    fn commit_transaction<C: Consumer<X>, X: ConsumerContext>(
+        &self,
+        tx: &Transactions,
+        consumer: &C,
+        scope: Scope<'_>,
+    ) -> Result<usize, KafkaError> {
+        if let Some(e) = tx.fatal() {
+            return Err(e);
+        }
+        let Some(_closed) = tx.gate.close(tx.gate_wait) else {
+            tracing::debug!(
+                "handler calls still inside the transaction; it ends at the next commit"
+            );
+            // Nothing was committed: a revoke or the shutdown says so.
+            return Err(KafkaError::Canceled);
+        };
+        let _gate = self
+            .assignment
+            .commit_gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut states = self.queue.take();
+        match scope {
+            Scope::Only(s) => states.extend(s.iter().cloned()),
+            Scope::All => states.extend(self.assignment.assigned()),
+            Scope::Completed => {}
+        }
+        states.sort_by_key(|s| Arc::as_ptr(s) as usize);
+        states.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        self.completed_since_commit.store(0, Ordering::Relaxed);
+        let mut tpl = TopicPartitionList::new();
+        let mut entries = Vec::new();
+        for s in states {
+            if let Some(offset) = s.pending_commit() {
+                tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(offset))?;
+                entries.push((s, offset));
+            }
+        }
+        let committed: Vec<Arc<PartitionState>> =
+            entries.iter().map(|(s, _)| Arc::clone(s)).collect();
+        let started = Instant::now();
+        let ended = tx.end(consumer, &tpl, &committed);
+        let took = started.elapsed();
+        match ended {
+            Ok(Ended::Empty) => Ok(0),
+            Ok(Ended::Committed) => {
+                self.instruments.commit(took, None);
+                self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                for (s, offset) in &entries {
+                    s.committed.fetch_max(*offset, Ordering::AcqRel);
+                    self.counters.note_committed(&s.topic, s.partition, *offset);
+                }
+                tracing::debug!(
+                    partitions = entries.len(),
+                    ?took,
+                    "transaction committed with its input offsets"
+                );
+                Ok(entries.len())
+            }
+            Ok(Ended::Aborted(reason)) => {
+                tracing::debug!(%reason, "the transaction and its input offsets were not committed");
+                self.counters
+                    .commit_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                // The partitions that did not write into it keep their
+                // completions for the next transaction.
+                self.queue.put_back(
+                    entries
+                        .into_iter()
+                        .map(|(s, _)| s)
+                        .filter(|s| !s.rewind.load(Ordering::Acquire)),
+                );
+                // Its outputs and offsets were not committed (the abort's
+                // reason was logged and counted).
+                Err(KafkaError::Canceled)
+            }
+            Err(e) => Err(e),
         }
     }
 }

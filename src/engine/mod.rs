@@ -32,6 +32,7 @@ mod queue;
 mod shared;
 mod stats;
 mod tracker;
+mod transaction;
 mod watchdog;
 mod worker;
 
@@ -165,6 +166,28 @@ where
         }
         None => None,
     };
+    let shutdown = CancellationToken::new();
+    // Transactional outputs: the producer's transactions begin before
+    // anything is consumed (which fences an earlier producer with the
+    // same transactional id and aborts its open transaction).
+    let transactions = match (&outputs, &settings.outputs) {
+        (Some(producer), Some(config)) if producer.is_transactional() => {
+            let tx = Arc::new(transaction::Transactions::new(
+                Arc::clone(producer),
+                config.transaction_timeout(),
+                settings.revoke_timeout,
+                shutdown.clone(),
+                instruments.clone(),
+            ));
+            let init = Arc::clone(&tx);
+            tokio::task::spawn_blocking(move || init.init())
+                .await
+                .map_err(|e| RunError::Fatal(KafkaError::Canceled).with_join(e))?
+                .map_err(RunError::Client)?;
+            Some(tx)
+        }
+        _ => None,
+    };
     let (commit_tx, commit_rx) = std::sync::mpsc::channel();
     let (ctrl_tx, ctrl_rx) = mpsc::unbounded_channel();
     let assignment = Arc::new(Assignment::new());
@@ -188,6 +211,7 @@ where
             instruments.clone(),
             commit_tx,
             settings.commit_batch_records,
+            transactions.clone(),
         )),
         exhausted: Arc::new(Exhausted::new(
             settings.on_exhausted.clone(),
@@ -205,10 +229,11 @@ where
         health: Arc::clone(&health),
         resets: Arc::new(Resets::new(validated.health.statistics_interval)),
         runtime,
-        shutdown: CancellationToken::new(),
+        shutdown,
         ctrl_tx,
         trace: trace.clone(),
         outputs,
+        transactions: transactions.clone(),
         controls: Arc::clone(&settings.controls),
     });
     let ctx = Ctx {
@@ -318,6 +343,9 @@ where
     watchdog_stop.store(true, Ordering::Release);
     watchdog.thread().unpark();
     let _ = watchdog.join();
+    if let Some(e) = transactions.as_ref().and_then(|tx| tx.fatal()) {
+        return Err(RunError::Fatal(e));
+    }
     match stopped_by {
         Stop::Signal => Ok(summary),
         Stop::Fatal(e) => Err(RunError::Fatal(e)),

@@ -79,6 +79,20 @@ pub(crate) struct PartitionState {
     pub(crate) due_delay: std::time::Duration,
     /// The pauses set by the application, read by health.
     pub(crate) controls: Arc<crate::control::Controls>,
+    /// Transactional outputs: the partition's handler calls wrote outputs
+    /// into the open transaction (set by the worker under the
+    /// transaction gate, cleared when the transaction ends).
+    pub(crate) in_transaction: AtomicBool,
+    /// Transactional outputs: the transaction the partition wrote into was
+    /// aborted; its worker rewinds it to the last committed offset before
+    /// its next handler call. Nothing is committed for it meanwhile.
+    pub(crate) rewind: AtomicBool,
+    /// Transactional outputs: the event times of the records that
+    /// succeeded in the open transaction, whose event age is recorded when
+    /// it commits (and dropped when it aborts: the records are handled
+    /// again). At most one entry per record completed since the last
+    /// commit (`commit_batch_records` bounds it, about 16 bytes each).
+    pub(crate) ages: Mutex<Vec<crate::record::EventTime>>,
 }
 
 impl PartitionState {
@@ -171,7 +185,7 @@ impl PartitionState {
 
     /// The offset to commit if it is ahead of the last commit.
     pub(crate) fn pending_commit(&self) -> Option<i64> {
-        if self.revoked.load(Ordering::Acquire) {
+        if self.revoked.load(Ordering::Acquire) || self.rewind.load(Ordering::Acquire) {
             return None;
         }
         let c = self

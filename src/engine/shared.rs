@@ -77,6 +77,8 @@ pub(crate) struct Engine {
     pub(crate) trace: Option<Arc<crate::trace::Tracing>>,
     /// The producer of handler outputs (`None`: outputs off, the default).
     pub(crate) outputs: Option<Arc<crate::output::OutputProducer>>,
+    /// Transactional outputs (`None`: off, the default).
+    pub(crate) transactions: Option<Arc<crate::engine::transaction::Transactions>>,
     /// The pauses set by the application (`ControlHandle`).
     pub(crate) controls: Arc<crate::control::Controls>,
 }

@@ -37,6 +37,9 @@ pub(crate) struct OffsetTracker {
     pending: VecDeque<Pending>,
     /// Next offset to read after the completed prefix.
     committable: Option<i64>,
+    /// The first offset delivered since tracking (re)started: where an
+    /// aborted transaction rewinds to before this member committed.
+    first_delivered: Option<i64>,
 }
 
 impl OffsetTracker {
@@ -55,6 +58,7 @@ impl OffsetTracker {
         if self.last_delivered().is_some_and(|last| offset <= last) {
             return false;
         }
+        self.first_delivered.get_or_insert(offset);
         self.pending.push_back(Pending {
             offset,
             done: false,
@@ -152,7 +156,26 @@ impl OffsetTracker {
         );
         self.pending.clear();
         self.committable = None;
+        self.first_delivered = None;
         true
+    }
+
+    /// The offset an aborted transaction rewinds the partition to: the
+    /// member's last commit (`committed`, the next offset to read), else
+    /// the first offset delivered since tracking started. `None` before
+    /// anything was delivered or committed.
+    pub(crate) fn rewind_target(&self, committed: Option<i64>) -> Option<i64> {
+        committed.or(self.first_delivered)
+    }
+
+    /// Forgets every record delivered at or after `offset` (an aborted
+    /// transaction's): they are fetched, delivered and handled again. The
+    /// committable offset becomes `offset` (nothing new to commit), so the
+    /// records before it stay done and the ones from it are taken as new.
+    pub(crate) fn rewind_to(&mut self, offset: i64) {
+        self.pending.clear();
+        self.committable = Some(offset);
+        self.first_delivered.get_or_insert(offset);
     }
 
     /// Moves the committable offset to `offset`, librdkafka's position,
@@ -180,6 +203,32 @@ impl OffsetTracker {
 #[cfg(test)]
 mod tests {
     use super::OffsetTracker;
+
+    #[test]
+    fn a_rewind_forgets_the_records_from_its_offset_on() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.rewind_target(None), None);
+        for o in 5..10 {
+            assert!(t.delivered(o));
+        }
+        t.completed(5);
+        t.completed(6);
+        assert_eq!(
+            t.rewind_target(None),
+            Some(5),
+            "nothing committed: the first delivered"
+        );
+        assert_eq!(t.rewind_target(Some(7)), Some(7));
+        t.rewind_to(5);
+        assert_eq!(
+            (t.committable(), t.position(), t.outstanding()),
+            (Some(5), Some(5), 0)
+        );
+        assert!(t.delivered(5), "record 5 is taken again");
+        assert!(!t.delivered(5));
+        assert!(t.completed(5));
+        assert_eq!(t.committable(), Some(6));
+    }
 
     #[test]
     fn a_restart_below_the_position_tracks_the_lower_offsets_as_new() {

@@ -39,6 +39,16 @@ impl ReplaceableProducer {
         current.client().native_ptr() == producer.client().native_ptr()
     }
 
+    /// Replaces the producer with a new one from the same configuration,
+    /// whatever its state; returns the old one (the caller drops it, off
+    /// any async worker thread: dropping the last handle purges, flushes
+    /// and joins its threads).
+    pub(crate) fn replace(&self) -> Result<FutureProducer, KafkaError> {
+        let fresh = self.config.create::<FutureProducer>()?;
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(std::mem::replace(&mut *current, fresh))
+    }
+
     /// After a failed write on `failed` (a handle from [`Self::get`]):
     /// when librdkafka raised a fatal error on it, replaces it with a new
     /// producer (unless another write did already), and drops `failed` off

@@ -33,6 +33,8 @@ pub(crate) struct Instruments {
     pub(super) stale: Counter<u64>,
     pub(super) blocked: Gauge<u64>,
     pub(super) sent: Counter<u64>,
+    pub(super) transactions: Counter<u64>,
+    pub(super) transaction_duration: Histogram<f64>,
     pub(super) retry_messages: Counter<u64>,
     pub(super) storm_guard: UpDownCounter<i64>,
     pub(super) slo_messages: Counter<u64>,
@@ -184,6 +186,16 @@ impl Instruments {
                     "1 while the partition is blocked by a record whose attempts ran out, else 0.",
                 )
                 .build(),
+            transactions: counter(
+                TRANSACTIONS,
+                "{transaction}",
+                "Kafka transactions of transactional outputs, by outcome (committed, aborted with error.type).",
+            ),
+            transaction_duration: hist(
+                TRANSACTION_DURATION,
+                "Duration of a Kafka transaction of transactional outputs, from its first output to its commit or abort.",
+                DURATION_BOUNDARIES,
+            ),
             sent: counter(
                 SENT_MESSAGES,
                 "{message}",
@@ -230,6 +242,23 @@ impl Instruments {
             attrs.push(KeyValue::new(ERROR_TYPE, e));
         }
         self.sent.add(1, &attrs);
+    }
+
+    /// Counts a transaction that ended (`abort_reason`: `None` when it
+    /// committed) and records its duration.
+    pub(crate) fn transaction(&self, took: Duration, abort_reason: Option<String>) {
+        let mut attrs = self.group_attrs.to_vec();
+        let outcome = if abort_reason.is_some() {
+            "aborted"
+        } else {
+            "committed"
+        };
+        attrs.push(KeyValue::new(TRANSACTION_OUTCOME, outcome));
+        self.transaction_duration.record(took.as_secs_f64(), &attrs);
+        if let Some(reason) = abort_reason {
+            attrs.push(KeyValue::new(ERROR_TYPE, reason));
+        }
+        self.transactions.add(1, &attrs);
     }
 
     /// The freshness objectives' registry.

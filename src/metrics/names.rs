@@ -245,6 +245,39 @@ pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 /// for this metric.
 pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 
+/// Kafka transactions of transactional outputs
+/// ([`OutputConfig::transactional_id`](crate::OutputConfig::transactional_id)),
+/// counted when each ended: one per commit cycle that had outputs or input
+/// offsets to commit.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{transaction}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`TRANSACTION_OUTCOME`], [`ERROR_TYPE`] (why it aborted) when aborted |
+///
+/// [`ERROR_TYPE`] of an aborted transaction: `handler_failed` (a handler
+/// call that wrote into it failed, timed out or panicked: its outputs must
+/// not be committed), `partition_revoked` (a partition that wrote into it
+/// was revoked or lost before its offsets could go with its outputs),
+/// `transaction_timeout` (it outlived the producer's
+/// `transaction.timeout.ms` and the broker aborted it; the library starts
+/// a new producer with the same id), or the Kafka error name of the failed
+/// `send_offsets_to_transaction` or `commit_transaction` (`_TIMED_OUT`,
+/// ...). A producer fenced by another with the same id ends the run
+/// ([`RunError::Fatal`](crate::RunError::Fatal)) without counting.
+pub const TRANSACTIONS: &str = "fresh_consumer.transactions";
+
+/// Duration of a Kafka transaction of transactional outputs: from its
+/// first output (or, without outputs, from the start of its commit) to the
+/// end of its commit or abort.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | histogram (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`TRANSACTION_OUTCOME`] |
+///
+/// Buckets: [`DURATION_BOUNDARIES`] (a transaction spans a commit
+/// interval, 5 s by default).
+pub const TRANSACTION_DURATION: &str = "fresh_consumer.transaction.duration";
+
 /// Metric data points whose OTLP export finished, exported or failed
 /// (OpenTelemetry's SDK metric `otel.sdk.exporter.metric_data_point.exported`),
 /// counted by the exporter that [`OtlpConfig::build`](crate::otlp::OtlpConfig::build)
@@ -693,6 +726,10 @@ pub const OTEL_COMPONENT_NAME: &str = "otel.component.name";
 /// origin time, [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time)) (the monitor's
 /// [`MONITOR_TIME_LAG`]: `create_time`, `log_append_time` or `none`).
 pub const TIMESTAMP_TYPE: &str = "fresh_consumer.timestamp.type";
+
+/// How a transaction ended ([`TRANSACTIONS`], [`TRANSACTION_DURATION`]):
+/// `committed` or `aborted`.
+pub const TRANSACTION_OUTCOME: &str = "fresh_consumer.transaction.outcome";
 
 /// Explicit bucket boundaries of [`EVENT_AGE`], in seconds: from 1 ms to
 /// 14 days, so week-old ages from replays and long outages still resolve.

@@ -34,11 +34,17 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
 pub(crate) struct OutputProducer {
     producer: ReplaceableProducer,
     instruments: Instruments,
+    /// A transactional producer (`OutputConfig::transactional_id`): never
+    /// replaced (a fatal error on it is a fence, which ends the run), and
+    /// its calls do not wait for acknowledgements (the transaction's
+    /// commit does).
+    transactional: bool,
 }
 
 impl OutputProducer {
     /// The producer's configuration: the consumer's connection and security
-    /// properties, `message.timeout.ms` 30 s and `linger.ms` 0 unless set, the user's
+    /// properties, `message.timeout.ms` 30 s (at most a transactional
+    /// producer's `transaction.timeout.ms`) and `linger.ms` 0 unless set, the user's
     /// properties (checked by [`OutputConfig::check`]), then `acks=all` and
     /// idempotence over any alias.
     pub(crate) fn producer_config(
@@ -52,7 +58,17 @@ impl OutputProducer {
         {
             cc.set(k, v);
         }
-        cc.set("message.timeout.ms", "30000");
+        // librdkafka refuses a transactional producer whose
+        // `message.timeout.ms` exceeds its `transaction.timeout.ms`.
+        let transaction_timeout = config
+            .producer_properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "transaction.timeout.ms")
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+            .filter(|_| config.transactional_id.is_some());
+        let message_timeout = transaction_timeout.map_or(30_000, |t| t.min(30_000));
+        cc.set("message.timeout.ms", message_timeout.to_string());
         // The attempt waits for its outputs' acknowledgements, so the
         // partition's next record waits too: librdkafka's default linger
         // of 5 ms added to every record (benches/outputs.rs: about 700
@@ -65,14 +81,44 @@ impl OutputProducer {
         }
         cc.set("acks", "all");
         cc.set("enable.idempotence", "true");
+        if let Some(id) = &config.transactional_id {
+            cc.set("transactional.id", id);
+        }
         cc
     }
 
     pub(crate) fn new(config: ClientConfig, instruments: Instruments) -> Result<Self, KafkaError> {
+        let transactional = config.get("transactional.id").is_some();
         Ok(OutputProducer {
             producer: ReplaceableProducer::new(config, "output")?,
             instruments,
+            transactional,
         })
+    }
+
+    /// The producer (a handle to it): what the transactions run on.
+    pub(crate) fn handle(&self) -> FutureProducer {
+        self.producer.get()
+    }
+
+    /// Replaces a transactional producer that turned fatal with a new one
+    /// (the caller initialises its transactions); returns the old one.
+    pub(crate) fn replace(&self) -> Result<FutureProducer, KafkaError> {
+        self.producer.replace()
+    }
+
+    /// Whether the producer is transactional.
+    pub(crate) fn is_transactional(&self) -> bool {
+        self.transactional
+    }
+
+    /// After a failed write on `sender`: replaces a non-transactional
+    /// producer that turned fatal (a transactional one's fatal error is
+    /// the transactions' to handle: it ends the run).
+    fn after_failure(&self, sender: FutureProducer) {
+        if !self.transactional {
+            self.producer.replace_if_fatal(sender);
+        }
     }
 
     /// Counts one output in `messaging.client.sent.messages`.
@@ -100,6 +146,8 @@ struct State {
     /// [`OutputError::CallEnded`].
     open: bool,
     pending: Vec<(String, DeliveryFuture)>,
+    /// Outputs queued by the call so far.
+    sent: usize,
 }
 
 impl Call {
@@ -119,6 +167,7 @@ impl Call {
             state: Mutex::new(State {
                 open: true,
                 pending: Vec::new(),
+                sent: 0,
             }),
         })
     }
@@ -190,15 +239,14 @@ impl Call {
                 }
                 match self.sender().send_result(record) {
                     Ok(delivery) => {
+                        state.sent += 1;
                         state.pending.push((output.topic.clone(), delivery));
                         return Ok(());
                     }
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
                     Err((error, _)) => {
                         self.producer.sent(&output.topic, Some(&error));
-                        self.producer
-                            .producer
-                            .replace_if_fatal(self.sender().clone());
+                        self.producer.after_failure(self.sender().clone());
                         return Err(OutputError::Queue {
                             topic: output.topic.clone(),
                             error,
@@ -208,6 +256,12 @@ impl Call {
             };
             tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
         }
+    }
+
+    /// How many outputs the call queued (in transactional mode: wrote into
+    /// the open transaction).
+    pub(crate) fn sent(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).sent
     }
 
     /// Ends the call and takes its outputs not yet settled.
@@ -220,7 +274,14 @@ impl Call {
     /// Ends the call and waits for the broker's answer on each of its
     /// outputs (each counted in `messaging.client.sent.messages`): the
     /// first failure, if any.
+    /// With a transactional producer it does not wait: the transaction's
+    /// commit flushes the outputs and fails (and aborts) when one failed;
+    /// they are counted as they settle, as [`Self::abandon`] does.
     pub(crate) async fn acked(&self) -> Result<(), OutputError> {
+        if self.producer.transactional {
+            self.abandon();
+            return Ok(());
+        }
         let mut first = None;
         for (topic, delivery) in self.close() {
             let result = settle(delivery).await;
@@ -232,9 +293,7 @@ impl Call {
             }
         }
         if first.is_some() {
-            self.producer
-                .producer
-                .replace_if_fatal(self.sender().clone());
+            self.producer.after_failure(self.sender().clone());
         }
         first.map_or(Ok(()), Err)
     }
@@ -256,7 +315,7 @@ impl Call {
                 failed |= result.is_err();
             }
             if failed {
-                producer.producer.replace_if_fatal(sender);
+                producer.after_failure(sender);
             }
         });
     }

@@ -19,8 +19,14 @@ use crate::metrics::instruments::AttemptError;
 use crate::record::Record;
 use crate::trace::{AttemptSpan, Outcome, RecordTrace};
 
+use crate::engine::commit::CommitCmd;
+use crate::engine::transaction::{Doom, Inside, Transactions};
+
 use super::park::{BlockGuard, To};
 use super::task::{Done, Worker};
+
+/// How often a call waits to see a doomed transaction aborted.
+const DOOMED_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// What one handler attempt gave.
 pub(super) enum Attempt {
@@ -62,6 +68,29 @@ impl<H: Handler> Worker<H> {
                     format!("handler did not finish within {limit:?}").into(),
                 )),
             },
+        }
+    }
+
+    /// Enters the transaction gate for a handler call. `Err` with
+    /// [`Done::Rewind`] when the partition must rewind first (a
+    /// transaction it wrote into was aborted), [`Done::Stopped`] when the
+    /// worker must stop. While the open transaction is doomed and this
+    /// partition wrote into it, waits for the committer's abort (a call
+    /// now would only write more outputs into a transaction that cannot
+    /// commit).
+    async fn enter_transaction<'t>(&self, tx: &'t Transactions) -> Result<Inside<'t>, Done> {
+        loop {
+            let inside = tx.gate.enter().await;
+            if self.state.rewind.load(Ordering::Acquire) {
+                return Err(Done::Rewind);
+            }
+            if !(tx.is_doomed() && self.state.in_transaction.load(Ordering::Acquire)) {
+                return Ok(inside);
+            }
+            drop(inside);
+            if !self.sleep(DOOMED_WAIT).await {
+                return Err(Done::Stopped);
+            }
         }
     }
 
@@ -138,21 +167,42 @@ impl<H: Handler> Worker<H> {
         let trace = RecordTrace::new(self.state.trace.as_ref(), &record);
         loop {
             attempt += 1;
+            // Transactional outputs: inside the transaction gate from
+            // before the call until the record is completed (or its
+            // failure has doomed the transaction).
+            let mut inside = match (&self.engine.transactions, &prior) {
+                (Some(tx), None) => match self.enter_transaction(tx).await {
+                    Ok(inside) => Some(inside),
+                    Err(done) => return done,
+                },
+                _ => None,
+            };
             let started = start.take().unwrap_or_else(Instant::now);
             let span = trace.attempt(&record, attempt);
             // The batch call that failed at this record recorded its own
             // duration.
-            let (outcome, recorded) = match prior.take() {
-                Some(p) => (Attempt::Failed(p.kind, p.error), false),
+            let (outcome, recorded, sent) = match prior.take() {
+                Some(p) => (Attempt::Failed(p.kind, p.error), false, 0),
                 None => {
                     if self.engine.settings.batch.is_some() {
                         // A batch handler's record on its own: a batch of one.
                         self.state.metrics.batch_handled(1);
                     }
-                    let outcome = self.call_handler(&span, &record, times.origin_ms).await;
-                    (outcome, true)
+                    let (outcome, sent) = self.call_handler(&span, &record, times.origin_ms).await;
+                    (outcome, true, sent)
                 }
             };
+            if sent > 0
+                && let Some(tx) = &self.engine.transactions
+            {
+                tx.joined(&self.state, started);
+                if !matches!(outcome, Attempt::Succeeded) {
+                    // Its outputs are in the transaction: it must not
+                    // commit. The committer aborts it now.
+                    tx.doom(Doom::HandlerFailed);
+                    let _ = self.engine.committer.send(CommitCmd::Now);
+                }
+            }
             let ended = Instant::now();
             let took = ended.saturating_duration_since(started);
             let (kind, error) = match outcome {
@@ -166,12 +216,22 @@ impl<H: Handler> Worker<H> {
                         span.end(Outcome::Stopped);
                         return Done::Late;
                     }
-                    self.state.metrics.handler_succeeded(
-                        &self.engine.wall_clock,
-                        times.age,
-                        took,
-                        ended,
-                    );
+                    if inside.is_some() {
+                        // The age is recorded when the transaction commits.
+                        self.state.metrics.attempt(took, None);
+                        self.state
+                            .ages
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(times.age);
+                    } else {
+                        self.state.metrics.handler_succeeded(
+                            &self.engine.wall_clock,
+                            times.age,
+                            took,
+                            ended,
+                        );
+                    }
                     if times.malformed {
                         self.state.metrics.origin_malformed();
                     }
@@ -181,12 +241,14 @@ impl<H: Handler> Worker<H> {
                     // atomics shared by every worker are costly per record.
                     self.unflushed.fetch_add(1, Ordering::Relaxed);
                     span.end(Outcome::Succeeded);
+                    drop(inside);
                     return Done::Completed {
                         succeeded_at: Some(ended),
                     };
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
+            inside.take();
             let (permanent, error_type) = classify(kind, &error);
             span.failed(error_type, || error_chain(&*error));
             // The storm guard compares failures with successes: count the

@@ -63,7 +63,7 @@ impl<H: Handler> Worker<H> {
             busy_start.get_or_insert_with(Instant::now);
             match self.handle_batch(records, batch).await {
                 Done::Completed { .. } => {}
-                Done::Stopped | Done::Late => break,
+                Done::Stopped | Done::Late | Done::Rewind => break,
             }
             if self.unflushed.load(Ordering::Relaxed) >= FLUSH_EVERY {
                 self.flush_counts();
@@ -217,7 +217,7 @@ impl<H: Handler> Worker<H> {
                             .await
                         {
                             Done::Completed { .. } => {}
-                            Done::Stopped => {
+                            Done::Stopped | Done::Rewind => {
                                 self.engine.counters.unassigned(1 + rest.len() as u64);
                                 return Done::Stopped;
                             }
@@ -304,7 +304,7 @@ impl<H: Handler> Worker<H> {
             left -= 1;
             match self.attempt_until_done(record, None, None, false).await {
                 Done::Completed { .. } => {}
-                Done::Stopped => {
+                Done::Stopped | Done::Rewind => {
                     self.engine.counters.unassigned(1 + left as u64);
                     return Done::Stopped;
                 }

@@ -20,6 +20,8 @@ impl<H: Handler> Worker<H> {
         // other: one clock read per record on the success path.
         let mut last_end: Option<Instant> = None;
         loop {
+            // Transactional outputs: after an aborted transaction.
+            self.rewind(src);
             let record = if let Some(r) = self.try_next(src) {
                 r
             } else {
@@ -40,6 +42,8 @@ impl<H: Handler> Worker<H> {
             match self.handle_until_done(record, Some(start)).await {
                 Done::Completed { succeeded_at } => last_end = succeeded_at,
                 Done::Stopped | Done::Late => break,
+                // Read again after the rewind at the loop's top.
+                Done::Rewind => last_end = None,
             }
             if self.unflushed.load(Ordering::Relaxed) >= FLUSH_EVERY {
                 self.flush_counts();

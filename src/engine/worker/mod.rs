@@ -136,6 +136,9 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
             .and_then(|t| engine.exhausted.retry_topics()?.delay(t.tier))
             .unwrap_or_default(),
         controls: Arc::clone(&engine.controls),
+        in_transaction: AtomicBool::new(false),
+        rewind: AtomicBool::new(false),
+        ages: Mutex::new(Vec::new()),
     });
     let worker = Worker {
         state: Arc::clone(&state),

@@ -16,22 +16,25 @@ impl<H: Handler> Worker<H> {
     /// on, the handler gets the call's output handle (its outputs carry
     /// `origin_ms` and the span's context) and, once it returned `Ok`, the
     /// attempt waits for the broker's acknowledgement of each output; one
-    /// that failed fails the attempt ([`AttemptError::Output`]).
+    /// that failed fails the attempt ([`AttemptError::Output`]). With
+    /// transactional outputs there is no wait (the transaction's commit
+    /// does it). Also returns how many outputs the call sent.
     pub(super) async fn call_handler(
         &self,
         span: &AttemptSpan<'_>,
         record: &Record,
         origin_ms: Option<i64>,
-    ) -> Attempt {
+    ) -> (Attempt, usize) {
         let Some(producer) = &self.engine.outputs else {
             let result = self
                 .guarded(span, || self.handler.handle(record.clone()))
                 .await;
-            return match result {
+            let attempt = match result {
                 Ok(Ok(())) => Attempt::Succeeded,
                 Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
                 Err((kind, error)) => Attempt::Failed(kind, error),
             };
+            return (attempt, 0);
         };
         let call = Call::new(producer, origin_ms, span.headers());
         let result = self
@@ -53,12 +56,13 @@ impl<H: Handler> Worker<H> {
         // A call that failed, panicked or timed out: its handle is closed,
         // its outputs in flight are only counted.
         call.abandon();
-        match result {
+        let attempt = match result {
             Ok(Ok(Ok(()))) => Attempt::Succeeded,
             Ok(Ok(Err(output))) => Attempt::Failed(AttemptError::Output, output.into()),
             Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e),
             Err((kind, error)) => Attempt::Failed(kind, error),
-        }
+        };
+        (attempt, call.sent())
     }
 
     /// One batch handler call on `records` inside `span`, as

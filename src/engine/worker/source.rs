@@ -165,6 +165,8 @@ impl<H: Handler> Worker<H> {
                             {
                                 handle.wake_on_records(&self.state.wake);
                             }
+                            // An idle partition rewinds at once.
+                            self.rewind_queue(q);
                             // Records may have arrived: poll again.
                             continue;
                         }
@@ -441,6 +443,77 @@ impl<H: Handler> Worker<H> {
             );
             self.state.queue_commit(&self.engine.committer.queue);
         }
+    }
+
+    /// Transactional outputs: after a transaction the partition wrote
+    /// into was aborted ([`PartitionState::rewind`]), seeks the partition
+    /// back to its last committed offset (before this member committed:
+    /// the first offset it took) and forgets the records taken since, so
+    /// they are read and handled again. Nothing happens without a pending
+    /// rewind. A partition without its own queue handle cannot be sought:
+    /// the run stops (never committing past the aborted records).
+    pub(super) fn rewind<C: ConsumerContext>(&self, src: &mut Source<'_, C>) {
+        match src {
+            Source::Queue(q) => self.rewind_queue(q),
+            Source::Channel(_) => self.rewind_at(None),
+        }
+    }
+
+    /// [`Self::rewind`] on the partition's own queue.
+    pub(super) fn rewind_queue<C: ConsumerContext>(&self, q: &mut SplitSource<'_, C>) {
+        if self.state.rewind.load(Ordering::Acquire) {
+            q.ready.clear();
+            self.rewind_at(q.handle);
+        }
+    }
+
+    fn rewind_at(&self, handle: Option<&QueueHandle>) {
+        if !self.state.rewind.load(Ordering::Acquire) {
+            return;
+        }
+        let committed = self.state.committed.load(Ordering::Acquire);
+        let target = self
+            .state
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rewind_target((committed != crate::engine::partition::NO_OFFSET).then_some(committed));
+        match (target, handle) {
+            // Nothing taken yet: nothing to take again.
+            (None, _) => {}
+            (Some(offset), Some(handle)) => {
+                // First: once the seek is served, records fetched before it
+                // are outdated and never read.
+                self.reposition(handle, offset);
+                self.state
+                    .tracker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .rewind_to(offset);
+                tracing::info!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    offset,
+                    "rewound after an aborted transaction; the records from here on are handled again"
+                );
+            }
+            (Some(offset), None) => {
+                tracing::error!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    offset,
+                    "an aborted transaction must rewind a partition whose queue could not be split: stopping the consumer (nothing past the aborted records is committed)"
+                );
+                if let Some(tx) = &self.engine.transactions {
+                    tx.stop(rdkafka::error::KafkaError::Seek(format!(
+                        "cannot rewind {}:{} to {offset}",
+                        self.state.topic, self.state.partition
+                    )));
+                }
+                return;
+            }
+        }
+        self.state.rewind.store(false, Ordering::Release);
     }
 
     /// Seeks the partition to `offset`, the next record the worker takes,

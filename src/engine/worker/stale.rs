@@ -164,7 +164,8 @@ impl<H: Handler> Worker<H> {
             };
             match self.shed(&record, &origin, age).await {
                 Done::Completed { .. } => {}
-                Done::Stopped => {
+                // `Rewind` never: shedding makes no handler call.
+                Done::Stopped | Done::Rewind => {
                     self.engine
                         .counters
                         .unassigned((1 + fresh.len() + left) as u64);

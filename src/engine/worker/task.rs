@@ -64,6 +64,11 @@ pub(super) enum Done {
     /// The handler succeeded after the partition was revoked: counted as a
     /// late completion (redelivered to the next owner too).
     Late,
+    /// Transactional outputs: a transaction the partition wrote into was
+    /// aborted. The record is neither handled nor parked; the worker
+    /// rewinds the partition to its last committed offset (the record is
+    /// read again).
+    Rewind,
 }
 
 impl<H: Handler> Worker<H> {

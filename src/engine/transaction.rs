@@ -1,0 +1,477 @@
+//! Transactional outputs (exactly once into Kafka): one Kafka transaction
+//! per commit cycle on the output producer, and the gate that keeps the
+//! handler calls writing into it apart from its commit.
+//!
+//! The committer thread (`commit.rs`) owns the cycle: it closes the
+//! [`Gate`] (waiting for the handler calls inside it), adds the completed
+//! input offsets with `send_offsets_to_transaction` and the consumer's
+//! group metadata (KIP-447), commits, and begins the next transaction. A
+//! handler call holds the gate open from before it runs until its record
+//! is completed, so a transaction never carries a call's outputs without
+//! its record's offset (or the other way round). A call that wrote outputs
+//! and failed dooms the transaction: it is aborted, and every partition
+//! that wrote into it is rewound to its last committed offset (the worker
+//! does it before its next call, see `worker/source.rs`). A fatal producer
+//! error (fenced by a newer producer with the same `transactional.id`)
+//! stops the run: nothing is committed after it.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, Producer};
+
+use crate::output::OutputProducer;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::partition::PartitionState;
+use crate::metrics::instruments::{Instruments, kafka_error_name};
+
+/// How long `init_transactions`, `send_offsets_to_transaction`,
+/// `commit_transaction` and `abort_transaction` may take.
+pub(crate) const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The abort reason of a transaction the broker timed out.
+const TIMED_OUT: &str = "transaction_timeout";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Handler calls enter it shared (async); the committer closes it (a
+/// thread, with a deadline) for a transaction's commit or abort. Once the
+/// committer waits, new calls wait behind it, so a busy partition cannot
+/// hold a cycle's end off for ever.
+#[derive(Default)]
+pub(crate) struct Gate {
+    state: Mutex<GateState>,
+    /// The last call inside left (the committer waits for it).
+    empty: Condvar,
+    /// The committer opened the gate again (calls wait for it).
+    opened: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Handler calls inside.
+    inside: usize,
+    /// The committer closed it, or waits to.
+    closed: bool,
+}
+
+/// A handler call inside the gate; leaves on drop.
+pub(crate) struct Inside<'a>(&'a Gate);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.0.state);
+        s.inside -= 1;
+        if s.inside == 0 && s.closed {
+            self.0.empty.notify_all();
+        }
+    }
+}
+
+/// The gate closed by the committer; opens on drop.
+pub(crate) struct Closed<'a>(&'a Gate);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).closed = false;
+        self.0.opened.notify_waiters();
+    }
+}
+
+impl Gate {
+    /// Enters, waiting while the committer has it closed.
+    pub(crate) async fn enter(&self) -> Inside<'_> {
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            // Registered before the check: an opening after it wakes us.
+            opened.as_mut().enable();
+            {
+                let mut s = lock(&self.state);
+                if !s.closed {
+                    s.inside += 1;
+                    return Inside(self);
+                }
+            }
+            opened.await;
+        }
+    }
+
+    /// Closes it once the calls inside left, waiting at most `wait`
+    /// (blocking the thread). `None` when calls were still inside at the
+    /// deadline: the gate is open again.
+    pub(crate) fn close(&self, wait: Duration) -> Option<Closed<'_>> {
+        let deadline = Instant::now() + wait;
+        let mut s = lock(&self.state);
+        s.closed = true;
+        while s.inside > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                s.closed = false;
+                drop(s);
+                self.opened.notify_waiters();
+                return None;
+            }
+            s = self
+                .empty
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Some(Closed(self))
+    }
+}
+
+/// Why the open transaction must be aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Doom {
+    /// A handler call that wrote into it failed.
+    HandlerFailed,
+}
+
+/// The transactions of one run: the transactional output producer, the
+/// gate, and the open transaction's state.
+pub(crate) struct Transactions {
+    /// The output producer (transactional).
+    outputs: Arc<OutputProducer>,
+    /// Its `transaction.timeout.ms`.
+    timeout: Duration,
+    pub(crate) gate: Gate,
+    /// How long a commit waits for the handler calls inside the gate.
+    pub(crate) gate_wait: Duration,
+    open: Mutex<Open>,
+    /// The fatal error that ended the transactions, if any.
+    fatal: Mutex<Option<KafkaError>>,
+    /// Cancelled on a fatal error: the run stops.
+    shutdown: CancellationToken,
+    instruments: Instruments,
+}
+
+/// The open transaction.
+#[derive(Default)]
+struct Open {
+    /// The partitions whose handler calls wrote outputs into it.
+    members: Vec<Arc<PartitionState>>,
+    /// When the first handler call that wrote into it started.
+    since: Option<Instant>,
+    doom: Option<Doom>,
+}
+
+/// How a transaction's end went, for the committer.
+pub(crate) enum Ended {
+    /// Committed with the offsets given.
+    Committed,
+    /// Aborted for this reason (the members rewind); the offsets given
+    /// were not committed.
+    Aborted(String),
+    /// Nothing to commit: still open.
+    Empty,
+}
+
+impl Transactions {
+    pub(crate) fn new(
+        outputs: Arc<OutputProducer>,
+        timeout: Duration,
+        gate_wait: Duration,
+        shutdown: CancellationToken,
+        instruments: Instruments,
+    ) -> Self {
+        Transactions {
+            outputs,
+            timeout,
+            gate: Gate::default(),
+            gate_wait,
+            open: Mutex::new(Open::default()),
+            fatal: Mutex::new(None),
+            shutdown,
+            instruments,
+        }
+    }
+
+    /// `init_transactions` (fencing any earlier producer with the same
+    /// `transactional.id`, and aborting its open transaction), then the
+    /// first transaction begins. Blocking.
+    pub(crate) fn init(&self) -> Result<(), KafkaError> {
+        let producer = self.producer();
+        producer.init_transactions(TRANSACTION_CALL_TIMEOUT)?;
+        producer.begin_transaction()
+    }
+
+    /// The transactional producer now.
+    fn producer(&self) -> FutureProducer {
+        self.outputs.handle()
+    }
+
+    /// After a fatal error `e` on a transactional call: when the open
+    /// transaction (first written at `since`) is older than
+    /// `transaction.timeout.ms`, the broker aborted it and bumped the
+    /// producer's epoch, which librdkafka reports as a fence (`_FENCED`):
+    /// the producer is replaced by a new one with the same
+    /// `transactional.id`, whose transactions begin afresh (`Ok`; the
+    /// caller rewinds). Otherwise another producer with the same id fenced
+    /// this one: the run stops (`Err`).
+    fn recover(&self, e: KafkaError, since: Option<Instant>) -> Result<(), KafkaError> {
+        if since.is_none_or(|s| s.elapsed() < self.timeout) {
+            return Err(self.set_fatal(e));
+        }
+        tracing::warn!(error = %e, transaction_timeout = ?self.timeout, "the open transaction outlived transaction.timeout.ms and the broker aborted it (librdkafka reports the epoch bump as a fence); starting a new producer with the same transactional.id");
+        let old = self.outputs.replace().map_err(|e| self.set_fatal(e))?;
+        // Dropped here, on the committer's thread: purges, flushes and
+        // joins the old producer's threads.
+        drop(old);
+        self.init().map_err(|e| self.set_fatal(e))
+    }
+
+    /// The fatal error that ended the transactions, if any.
+    pub(crate) fn fatal(&self) -> Option<KafkaError> {
+        lock(&self.fatal).clone()
+    }
+
+    /// Stops the run with `e` (a partition that cannot be rewound):
+    /// nothing is committed from here on.
+    pub(crate) fn stop(&self, e: KafkaError) {
+        lock(&self.fatal).get_or_insert(e);
+        self.shutdown.cancel();
+    }
+
+    fn set_fatal(&self, e: KafkaError) -> KafkaError {
+        tracing::error!(error = %e, "the transactional output producer failed fatally (fenced by a newer producer with the same transactional.id, or a fatal broker error): the consumer stops, nothing more is committed");
+        lock(&self.fatal).get_or_insert(e.clone());
+        self.shutdown.cancel();
+        e
+    }
+
+    /// A handler call of `state` that started at `call_started` wrote
+    /// outputs into the open transaction (called inside the gate). The
+    /// transaction's age counts from the earliest such call's start (its
+    /// first output came at or after it).
+    pub(crate) fn joined(&self, state: &Arc<PartitionState>, call_started: Instant) {
+        let mut open = lock(&self.open);
+        open.since = Some(open.since.map_or(call_started, |s| s.min(call_started)));
+        if !state.in_transaction.swap(true, Ordering::AcqRel) {
+            open.members.push(Arc::clone(state));
+        }
+    }
+
+    /// The open transaction must be aborted (called inside the gate).
+    pub(crate) fn doom(&self, why: Doom) {
+        lock(&self.open).doom.get_or_insert(why);
+    }
+
+    /// Whether the open transaction must be aborted.
+    pub(crate) fn is_doomed(&self) -> bool {
+        lock(&self.open).doom.is_some()
+    }
+
+    /// Ends the open transaction, with the gate closed and the commit gate
+    /// held: commits it with `offsets` (the completed input offsets; their
+    /// partitions are `states`), or aborts it when it is doomed or one of
+    /// its members cannot commit (revoked). `Err` only for a fatal error
+    /// (the run stops). Event ages of the committed records are recorded.
+    pub(crate) fn end<C, X>(
+        &self,
+        consumer: &C,
+        offsets: &rdkafka::TopicPartitionList,
+        states: &[Arc<PartitionState>],
+    ) -> Result<Ended, KafkaError>
+    where
+        C: rdkafka::consumer::Consumer<X>,
+        X: rdkafka::consumer::ConsumerContext,
+    {
+        if let Some(e) = self.fatal() {
+            return Err(e);
+        }
+        let (members, since, doom) = {
+            let open = lock(&self.open);
+            (open.members.clone(), open.since, open.doom)
+        };
+        if members.is_empty() && states.is_empty() && doom.is_none() {
+            return Ok(Ended::Empty);
+        }
+        let started = since.unwrap_or_else(Instant::now);
+        let revoked = members.iter().any(|m| m.revoked.load(Ordering::Acquire));
+        let abort_reason = match doom {
+            Some(Doom::HandlerFailed) => Some("handler_failed".to_owned()),
+            None if revoked => Some("partition_revoked".to_owned()),
+            None => None,
+        };
+        let reason = match abort_reason {
+            Some(reason) => reason,
+            None => match self.commit(consumer, offsets) {
+                Ok(()) => {
+                    self.instruments.transaction(started.elapsed(), None);
+                    let now_ns = now_ns();
+                    for s in states.iter().chain(&members) {
+                        let ages = std::mem::take(&mut *lock(&s.ages));
+                        for age in ages {
+                            s.metrics.succeeded(age, now_ns);
+                        }
+                    }
+                    self.next(&members)?;
+                    return Ok(Ended::Committed);
+                }
+                Err(e) => {
+                    let name = e
+                        .rdkafka_error_code()
+                        .map(kafka_error_name)
+                        .unwrap_or_else(|| "_OTHER".to_owned());
+                    if is_fatal(&e) {
+                        self.recover(e, since)?;
+                        return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+                    }
+                    name
+                }
+            },
+        };
+        if let Err(e) = self.producer().abort_transaction(TRANSACTION_CALL_TIMEOUT) {
+            // A fatal producer (the broker timed the transaction out, see
+            // `recover`) starts afresh; any other failed abort leaves the
+            // producer in a state the library cannot reason about: stop
+            // rather than guess.
+            if is_fatal(&e) {
+                self.recover(e, since)?;
+                return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+            }
+            return Err(self.set_fatal(e));
+        }
+        self.next(&members)?;
+        Ok(self.aborted(&members, started, reason))
+    }
+
+    /// After an abort (the next transaction has begun): counts it and
+    /// marks its members to rewind.
+    fn aborted(&self, members: &[Arc<PartitionState>], started: Instant, reason: String) -> Ended {
+        self.instruments
+            .transaction(started.elapsed(), Some(reason.clone()));
+        for m in members {
+            lock(&m.ages).clear();
+            m.in_transaction.store(false, Ordering::Release);
+            m.rewind.store(true, Ordering::Release);
+            // An idle worker rewinds at once.
+            m.wake.notify_one();
+        }
+        *lock(&self.open) = Open::default();
+        tracing::warn!(
+            reason = %reason,
+            partitions = members.len(),
+            "transaction aborted; the partitions that wrote outputs into it are rewound to their last committed offsets and handled again"
+        );
+        Ended::Aborted(reason)
+    }
+
+    /// Adds `offsets` (if any) and commits, retrying a retriable error.
+    fn commit<C, X>(
+        &self,
+        consumer: &C,
+        offsets: &rdkafka::TopicPartitionList,
+    ) -> Result<(), KafkaError>
+    where
+        C: rdkafka::consumer::Consumer<X>,
+        X: rdkafka::consumer::ConsumerContext,
+    {
+        if offsets.count() > 0 {
+            let metadata = consumer.group_metadata().ok_or(KafkaError::Canceled)?;
+            let producer = self.producer();
+            retried(|| {
+                producer.send_offsets_to_transaction(offsets, &metadata, TRANSACTION_CALL_TIMEOUT)
+            })?;
+        }
+        let producer = self.producer();
+        retried(|| producer.commit_transaction(TRANSACTION_CALL_TIMEOUT))
+    }
+
+    /// After a transaction ended: forgets its members and begins the next.
+    fn next(&self, members: &[Arc<PartitionState>]) -> Result<(), KafkaError> {
+        for m in members {
+            m.in_transaction.store(false, Ordering::Release);
+        }
+        *lock(&self.open) = Open::default();
+        self.producer()
+            .begin_transaction()
+            .map_err(|e| self.set_fatal(e))
+    }
+}
+
+/// Calls `op` again while it fails with a retriable error (at most three
+/// times in all).
+fn retried(mut op: impl FnMut() -> Result<(), KafkaError>) -> Result<(), KafkaError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match op() {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < 3 => {
+                tracing::debug!(error = %e, "retriable transaction error; trying again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a transactional call's error is fatal (fenced, or the producer
+/// raised a fatal error): neither commit nor abort is possible.
+fn is_fatal(e: &KafkaError) -> bool {
+    match e {
+        KafkaError::Transaction(e) => e.is_fatal(),
+        _ => false,
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_committer_waits_for_calls_inside_and_holds_new_ones_off() {
+        let gate = Arc::new(Gate::default());
+        let inside = gate.enter().await;
+        let g = Arc::clone(&gate);
+        let closer = std::thread::spawn(move || {
+            let closed = g.close(Duration::from_secs(5));
+            let got = closed.is_some();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(closed);
+            got
+        });
+        // Wait until the committer is waiting.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !lock(&gate.state).closed {
+            assert!(Instant::now() < deadline);
+            tokio::task::yield_now().await;
+        }
+        let g = Arc::clone(&gate);
+        let late = tokio::spawn(async move {
+            let _in = g.enter().await;
+            Instant::now()
+        });
+        drop(inside);
+        assert!(closer.join().unwrap(), "closed once the call left");
+        let entered = late.await.unwrap();
+        assert!(!lock(&gate.state).closed);
+        assert!(entered.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_close_gives_up_at_its_deadline_and_opens_again() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let gate = Gate::default();
+        let inside = rt.block_on(gate.enter());
+        assert!(gate.close(Duration::from_millis(20)).is_none());
+        let second = rt.block_on(gate.enter());
+        drop((inside, second));
+        assert!(gate.close(Duration::from_millis(20)).is_some());
+    }
+}
