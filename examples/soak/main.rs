@@ -105,6 +105,8 @@ pub struct Args {
     pub partitions: i32,
     pub kill_every: (u64, u64),
     pub slow_secs: u64,
+    /// Where the logs go: a new or empty folder (a soak refuses one that
+    /// holds files).
     pub out: Option<PathBuf>,
     /// The rotel collector's binary (`rotel-agent`), for the collector
     /// outage.

@@ -190,6 +190,16 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("fresh-consumer-soak-{stamp}")));
     std::fs::create_dir_all(&out)?;
+    // Two soaks writing into one folder mix their logs (the same file
+    // names per consumer slot and incarnation), and the checker would judge
+    // the mixture: refuse a folder that already holds files.
+    if std::fs::read_dir(&out)?.next().is_some() {
+        return Err(format!(
+            "--out {}: the folder is not empty (another run's logs would mix with this one's)",
+            out.display()
+        )
+        .into());
+    }
     let topic = format!("soak-{stamp}");
     let group = format!("soak-{stamp}");
     let dlt = format!("{topic}.dlt");
