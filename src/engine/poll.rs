@@ -52,10 +52,8 @@ struct Slot {
     /// paused meanwhile, or about to be); handed over in order before
     /// anything newer.
     overflow: VecDeque<Record>,
-    paused: bool,
-    /// Paused because the worker waits for a retry-tier record's due time
-    /// ([`Ctrl::Hold`]); a drained buffer does not resume it meanwhile.
-    held: bool,
+    /// Why the partition is paused, if it is.
+    pauses: Pauses,
     /// Until when a full buffer pauses the partition without waiting.
     slow_until: Option<Instant>,
 }
@@ -264,7 +262,7 @@ impl<H: Handler> PollLoop<H> {
                     );
                 }
             }
-            if !slot.overflow.is_empty() && !slot.paused {
+            if !slot.overflow.is_empty() && !slot.pauses.full {
                 full.push(state);
             }
         }
@@ -322,9 +320,10 @@ impl<H: Handler> PollLoop<H> {
         if !slow {
             slot.slow_until = Some(Instant::now() + SLOW_PARTITION_HOLD);
         }
-        match self.consumer.pause(&single(state)) {
-            Ok(()) => slot.paused = true,
-            Err(e) => tracing::warn!(error = %e, "pausing a full partition failed"),
+        if slot.pauses.set(Pause::Full, true) == Change::Pause
+            && let Err(e) = self.consumer.pause(&single(state))
+        {
+            tracing::warn!(error = %e, "pausing a full partition failed");
         }
         request_resume(&self.engine, state);
     }
@@ -378,8 +377,7 @@ impl<H: Handler> PollLoop<H> {
                 state: Arc::clone(state),
                 staged: Vec::new(),
                 overflow: VecDeque::new(),
-                paused: false,
-                held: false,
+                pauses: Pauses::default(),
             });
             let i = match self.slots.iter().position(|(t, _)| t == topic) {
                 Some(i) => i,
@@ -429,13 +427,11 @@ impl<H: Handler> PollLoop<H> {
                 }
             }
         }
-        if slot.paused && !slot.held {
-            let tpl = single(&slot.state);
-            match self.consumer.resume(&tpl) {
-                Ok(()) => {
-                    slot.paused = false;
-                    restart_fetch(&*self.consumer, &slot.state);
-                }
+        // The buffer no longer holds the partition paused; a retry-tier
+        // hold may still (its end resumes it then).
+        if slot.pauses.set(Pause::Full, false) == Change::Resume {
+            match self.consumer.resume(&single(&slot.state)) {
+                Ok(()) => restart_fetch(&*self.consumer, &slot.state),
                 Err(e) => tracing::warn!(error = %e, "resuming a drained partition failed"),
             }
         }
@@ -452,20 +448,17 @@ impl<H: Handler> PollLoop<H> {
         let Some(slot) = slot_of(&mut self.slots, state) else {
             return;
         };
-        if slot.held == hold {
-            return;
-        }
-        slot.held = hold;
-        let tpl = single(&slot.state);
-        if hold {
-            if let Err(e) = self.consumer.pause(&tpl) {
-                tracing::warn!(error = %e, "pausing a retry-tier partition failed");
+        match slot.pauses.set(Pause::Held, hold) {
+            Change::Pause => {
+                if let Err(e) = self.consumer.pause(&single(&slot.state)) {
+                    tracing::warn!(error = %e, "pausing a retry-tier partition failed");
+                }
             }
-        } else if !slot.paused {
-            match self.consumer.resume(&tpl) {
+            Change::Resume => match self.consumer.resume(&single(&slot.state)) {
                 Ok(()) => restart_fetch(&*self.consumer, &slot.state),
                 Err(e) => tracing::warn!(error = %e, "resuming a retry-tier partition failed"),
-            }
+            },
+            Change::None => {}
         }
     }
 
@@ -625,5 +618,88 @@ fn request_resume(engine: &Engine, state: &Arc<PartitionState>) {
         && state.wants_resume.swap(false, Ordering::SeqCst)
     {
         let _ = engine.ctrl_tx.send(Ctrl::Drained(Arc::clone(state)));
+    }
+}
+
+/// Why the poll loop holds a partition paused in librdkafka: its worker's
+/// buffer is full and records wait in the overflow ([`Pause::Full`]), or
+/// its worker waits for a retry-tier record's due time ([`Pause::Held`]).
+/// The partition is paused while either reason holds and resumed when the
+/// last one clears, whichever clears last (a resume that each side left to
+/// the other once kept a tier paused for good: the buffer drained during
+/// the hold, and the hold's end then saw the buffer's pause still set).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Pauses {
+    full: bool,
+    held: bool,
+}
+
+/// A reason in [`Pauses`].
+#[derive(Debug, Clone, Copy)]
+enum Pause {
+    Full,
+    Held,
+}
+
+/// What to do in librdkafka after [`Pauses::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Pause,
+    Resume,
+    None,
+}
+
+impl Pauses {
+    fn paused(self) -> bool {
+        self.full || self.held
+    }
+
+    /// Sets or clears `reason`: [`Change::Pause`] when the partition was
+    /// running and is paused now, [`Change::Resume`] when the last reason
+    /// cleared, [`Change::None`] otherwise.
+    fn set(&mut self, reason: Pause, on: bool) -> Change {
+        let before = self.paused();
+        match reason {
+            Pause::Full => self.full = on,
+            Pause::Held => self.held = on,
+        }
+        match (before, self.paused()) {
+            (false, true) => Change::Pause,
+            (true, false) => Change::Resume,
+            _ => Change::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Change, Pause, Pauses};
+
+    /// The sequence of the lost resume: the buffer fills during a hold,
+    /// drains before the hold ends; the hold's end resumes.
+    #[test]
+    fn the_last_reason_to_clear_resumes() {
+        let mut p = Pauses::default();
+        assert_eq!(p.set(Pause::Held, true), Change::Pause);
+        assert_eq!(p.set(Pause::Full, true), Change::None);
+        assert_eq!(p.set(Pause::Full, false), Change::None);
+        assert_eq!(p.set(Pause::Held, false), Change::Resume);
+        // And the other way round.
+        assert_eq!(p.set(Pause::Full, true), Change::Pause);
+        assert_eq!(p.set(Pause::Held, true), Change::None);
+        assert_eq!(p.set(Pause::Held, false), Change::None);
+        assert_eq!(p.set(Pause::Full, false), Change::Resume);
+    }
+
+    /// A reason set or cleared twice changes nothing the second time.
+    #[test]
+    fn repeats_change_nothing() {
+        let mut p = Pauses::default();
+        assert_eq!(p.set(Pause::Full, false), Change::None);
+        assert_eq!(p.set(Pause::Held, true), Change::Pause);
+        assert_eq!(p.set(Pause::Held, true), Change::None);
+        assert_eq!(p.set(Pause::Held, false), Change::Resume);
+        assert_eq!(p.set(Pause::Held, false), Change::None);
+        assert!(!p.paused());
     }
 }
