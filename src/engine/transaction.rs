@@ -102,6 +102,14 @@ impl Gate {
         }
     }
 
+    /// Completes at the gate's next opening (the end of the committer's
+    /// next cycle, whether or not it ended the transaction). Enable it
+    /// before checking what the opening would change, so an opening in
+    /// between is not missed.
+    pub(crate) fn next_opening(&self) -> tokio::sync::futures::Notified<'_> {
+        self.opened.notified()
+    }
+
     /// Closes it once the calls inside left, waiting at most `wait`
     /// (blocking the thread). `None` when calls were still inside at the
     /// deadline: the gate is open again.

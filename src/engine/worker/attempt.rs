@@ -25,9 +25,6 @@ use crate::engine::transaction::{Doom, Inside, Transactions};
 use super::park::{BlockGuard, To};
 use super::task::{Done, Worker};
 
-/// How often a call waits to see a doomed transaction aborted.
-const DOOMED_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
-
 /// What one handler attempt gave.
 pub(super) enum Attempt {
     Succeeded,
@@ -77,9 +74,16 @@ impl<H: Handler> Worker<H> {
     /// worker must stop. While the open transaction is doomed and this
     /// partition wrote into it, waits for the committer's abort (a call
     /// now would only write more outputs into a transaction that cannot
-    /// commit).
+    /// commit): the committer aborts it at its cycle's end, with the gate
+    /// closed, and the gate's opening wakes the call.
     async fn enter_transaction<'t>(&self, tx: &'t Transactions) -> Result<Inside<'t>, Done> {
         loop {
+            // Registered before the doom is read: the abort's opening,
+            // however soon, wakes this call (an opening while it waits to
+            // enter only makes it look once more).
+            let opened = tx.gate.next_opening();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
             let inside = tx.gate.enter().await;
             if self.state.rewind.load(Ordering::Acquire) {
                 return Err(Done::Rewind);
@@ -88,8 +92,10 @@ impl<H: Handler> Worker<H> {
                 return Ok(inside);
             }
             drop(inside);
-            if !self.sleep(DOOMED_WAIT).await {
-                return Err(Done::Stopped);
+            tokio::select! {
+                biased;
+                _ = self.state.stop.cancelled() => return Err(Done::Stopped),
+                () = &mut opened => {}
             }
         }
     }
