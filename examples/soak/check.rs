@@ -51,6 +51,10 @@ pub struct Event {
 pub struct LogExtras {
     /// (unix ms, kB)
     pub rss: Vec<(i64, u64)>,
+    /// The C heap: (unix ms, kB allocated and not freed), see `child.rs`.
+    pub heap: Vec<(i64, u64)>,
+    /// (unix ms, kB freed and kept by the allocator)
+    pub heap_free: Vec<(i64, u64)>,
     /// (unix ms, status)
     pub health: Vec<(i64, String)>,
     /// The rebalances the member saw, as events: from the health report
@@ -90,6 +94,12 @@ pub fn read_log(path: &Path, index: usize) -> (Vec<Success>, LogExtras) {
             ["rss", t, kb] => {
                 if let (Ok(t), Ok(kb)) = (t.parse(), kb.parse()) {
                     extras.rss.push((t, kb));
+                }
+            }
+            ["heap", t, in_use, free] => {
+                if let (Ok(t), Ok(in_use), Ok(free)) = (t.parse(), in_use.parse(), free.parse()) {
+                    extras.heap.push((t, in_use));
+                    extras.heap_free.push((t, free));
                 }
             }
             ["health", t, status, rebalances] => {
@@ -303,13 +313,28 @@ fn cause(what: &str) -> String {
 /// partitions' buffers and instruments, librdkafka's reconnect state) and
 /// is flat between them; a leak shows as growth that goes on.
 pub fn rss_after_warmup(extras: &[LogExtras], warmup_ms: i64) -> Vec<(usize, u64, u64, i64)> {
+    after_warmup(extras, warmup_ms, |e| &e.rss)
+}
+
+/// [`rss_after_warmup`] for the C heap in use (allocated and not freed).
+pub fn heap_after_warmup(extras: &[LogExtras], warmup_ms: i64) -> Vec<(usize, u64, u64, i64)> {
+    after_warmup(extras, warmup_ms, |e| &e.heap)
+}
+
+fn after_warmup(
+    extras: &[LogExtras],
+    warmup_ms: i64,
+    series: impl Fn(&LogExtras) -> &Vec<(i64, u64)>,
+) -> Vec<(usize, u64, u64, i64)> {
     extras
         .iter()
         .enumerate()
         .filter_map(|(i, e)| {
-            let (start, _) = *e.rss.first()?;
-            let (end_t, end_kb) = *e.rss.last()?;
-            let (_, warm_kb) = *e.rss.iter().find(|(t, _)| *t - start >= warmup_ms)?;
+            let s = series(e);
+            // Counted from the incarnation's first sample of any kind.
+            let (start, _) = *e.rss.first().or(s.first())?;
+            let (end_t, end_kb) = *s.last()?;
+            let (_, warm_kb) = *s.iter().find(|(t, _)| *t - start >= warmup_ms)?;
             (end_t - start >= 2 * warmup_ms).then_some((i, warm_kb, end_kb, end_t - start))
         })
         .collect()
@@ -376,12 +401,14 @@ mod tests {
         let f = dir.join("c.log");
         std::fs::write(
             &f,
-            "ok 1 src 0 0 k-1 0\nrss 2 100\nhealth 3 healthy 1\nhealth 4 healthy 2\nok 3 src 0 1 k-1 1\nok 4 sr",
+            "ok 1 src 0 0 k-1 0\nrss 2 100\nheap 2 80 15\nhealth 3 healthy 1\nhealth 4 healthy 2\nok 3 src 0 1 k-1 1\nok 4 sr",
         )
         .unwrap();
         let (ok, extras) = read_log(&f, 0);
         assert_eq!(ok.len(), 2);
         assert_eq!(extras.rss, vec![(2, 100)]);
+        assert_eq!(extras.heap, vec![(2, 80)]);
+        assert_eq!(extras.heap_free, vec![(2, 15)]);
         assert_eq!(extras.rebalances.len(), 1, "the count rose between 3 and 4");
         assert_eq!(
             (extras.rebalances[0].t_ms, extras.rebalances[0].until_ms),

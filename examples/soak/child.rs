@@ -8,6 +8,12 @@
 //!
 //! - `ok <unix ms> <topic> <partition> <offset> <key> <seq>`: a success;
 //! - `rss <unix ms> <kB>`: the process's VmRSS, every 5 s;
+//! - `heap <unix ms> <in use kB> <free kB>`: the C heap (glibc's
+//!   `mallinfo2`, every arena): the bytes allocated and not freed (Rust's
+//!   and librdkafka's allocations alike; a leak grows them) and the freed
+//!   bytes the allocator keeps instead of returning them to the system
+//!   (RSS keeps them: after a burst, RSS stays at its high-water mark),
+//!   every 5 s;
 //! - `health <unix ms> <status> <rebalances>`: the in-process health and
 //!   the rebalance events the member has seen, every second;
 //! - `why <unix ms> <reasons>`: after a report other than `healthy`, its
@@ -209,6 +215,9 @@ async fn run_async(args: ChildArgs) {
                 }
                 if n.is_multiple_of(5) {
                     log.line(format!("rss {} {}\n", now_ms(), rss_kb()));
+                    if let Some((in_use, free)) = heap_kb() {
+                        log.line(format!("heap {} {in_use} {free}\n", now_ms()));
+                    }
                 }
                 n += 1;
             }
@@ -249,6 +258,28 @@ async fn run_async(args: ChildArgs) {
             eprintln!("soak child: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+/// The C heap in kB: (allocated and not freed, freed and kept by the
+/// allocator), from glibc's `mallinfo2` over every arena; `None` on other
+/// C libraries.
+fn heap_kb() -> Option<(u64, u64)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallinfo2` takes no arguments and returns a plain struct
+        // by value; glibc locks each arena while it sums it.
+        let m = unsafe { libc::mallinfo2() };
+        // `uordblks`: allocated from arenas; `hblkhd`: mmapped blocks
+        // (large allocations, always in use); `fordblks`: free in arenas.
+        Some((
+            ((m.uordblks + m.hblkhd) / 1024) as u64,
+            (m.fordblks / 1024) as u64,
+        ))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
     }
 }
 

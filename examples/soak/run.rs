@@ -738,9 +738,21 @@ fn print_report(
             2 * RSS_WARMUP_MS / 1000
         );
     }
+    let heap = check::heap_after_warmup(extras, RSS_WARMUP_MS);
     for (i, warm, end, age) in rss {
+        let heap = heap
+            .iter()
+            .find(|h| h.0 == i)
+            .map(|&(_, hw, he, _)| {
+                let free = extras[i].heap_free.last().map_or(0, |f| f.1);
+                format!(
+                    "; C heap in use {hw} kB to {he} kB ({:+.1} %), {free} kB freed and kept by the allocator at the end",
+                    rss_growth(hw, he)
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "  RSS of consumer incarnation {i} ({:.0} s): {warm} kB after {} s, {end} kB at its end ({:+.1} %)",
+            "  RSS of consumer incarnation {i} ({:.0} s): {warm} kB after {} s, {end} kB at its end ({:+.1} %){heap}",
             age as f64 / 1000.0,
             RSS_WARMUP_MS / 1000,
             rss_growth(warm, end)
