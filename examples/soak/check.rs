@@ -316,6 +316,33 @@ pub fn rss_after_warmup(extras: &[LogExtras], warmup_ms: i64) -> Vec<(usize, u64
     after_warmup(extras, warmup_ms, |e| &e.rss)
 }
 
+/// [`rss_after_warmup`] net of the memory the process freed and glibc
+/// keeps on its free lists (RSS minus `mallinfo2`'s `fordblks`, sampled
+/// together): what a leak grows. RSS itself stays at the allocator's
+/// high-water mark after a burst (a catch-up after a broker restart or a
+/// rebalance fills librdkafka's prefetch and the batches in flight, which
+/// are freed and kept); without heap samples (another C library), RSS.
+pub fn net_rss_after_warmup(extras: &[LogExtras], warmup_ms: i64) -> Vec<(usize, u64, u64, i64)> {
+    let net: Vec<LogExtras> = extras
+        .iter()
+        .map(|e| LogExtras {
+            // Written one after the other at each sample (a SIGKILL may
+            // cut the last pair: `zip` drops it).
+            rss: if !e.heap_free.is_empty() {
+                e.rss
+                    .iter()
+                    .zip(&e.heap_free)
+                    .map(|(&(t, rss), &(_, free))| (t, rss.saturating_sub(free)))
+                    .collect()
+            } else {
+                e.rss.clone()
+            },
+            ..LogExtras::default()
+        })
+        .collect();
+    rss_after_warmup(&net, warmup_ms)
+}
+
 /// [`rss_after_warmup`] for the C heap in use (allocated and not freed).
 pub fn heap_after_warmup(extras: &[LogExtras], warmup_ms: i64) -> Vec<(usize, u64, u64, i64)> {
     after_warmup(extras, warmup_ms, |e| &e.heap)
@@ -415,5 +442,24 @@ mod tests {
             (3, 4)
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The allocator's kept free memory is taken off RSS, sample by
+    /// sample; without heap samples RSS is judged as it is.
+    #[test]
+    fn net_rss_takes_off_the_free_lists() {
+        let with_heap = LogExtras {
+            rss: vec![(0, 100), (60, 110), (120, 130)],
+            heap_free: vec![(0, 0), (60, 10), (120, 28)],
+            ..LogExtras::default()
+        };
+        let without = LogExtras {
+            rss: vec![(0, 100), (60, 110), (120, 130)],
+            ..LogExtras::default()
+        };
+        assert_eq!(
+            net_rss_after_warmup(&[with_heap, without], 60),
+            vec![(0, 100, 102, 120), (1, 110, 130, 120)]
+        );
     }
 }
