@@ -77,21 +77,30 @@ impl<H: Handler> Worker<H> {
     /// commit): the committer aborts it at its cycle's end, with the gate
     /// closed, and the gate's opening wakes the call.
     async fn enter_transaction<'t>(&self, tx: &'t Transactions) -> Result<Inside<'t>, Done> {
+        let must_wait = || {
+            !self.state.rewind.load(Ordering::Acquire)
+                && tx.is_doomed()
+                && self.state.in_transaction.load(Ordering::Acquire)
+        };
         loop {
-            // Registered before the doom is read: the abort's opening,
-            // however soon, wakes this call (an opening while it waits to
-            // enter only makes it look once more).
-            let opened = tx.gate.next_opening();
-            tokio::pin!(opened);
-            opened.as_mut().enable();
             let inside = tx.gate.enter().await;
             if self.state.rewind.load(Ordering::Acquire) {
                 return Err(Done::Rewind);
             }
-            if !(tx.is_doomed() && self.state.in_transaction.load(Ordering::Acquire)) {
+            if !must_wait() {
                 return Ok(inside);
             }
             drop(inside);
+            // Registered only now (a call that need not wait takes no
+            // waiter slot), then the doom is read again: an abort between
+            // the first look and the registration is seen here, and one
+            // after it wakes the wait.
+            let opened = tx.gate.next_opening();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if !must_wait() {
+                continue;
+            }
             tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => return Err(Done::Stopped),
