@@ -35,9 +35,10 @@
 //! timestamp of the record at the committed offset, read once by a probe
 //! consumer that assigns the partition there (group id
 //! `fresh-consumer-monitor-probe`, never committed) and remembered until
-//! the committed offset moves; and each group's member count (ListGroups
-//! and DescribeGroups, for the replica suggestion; asked no more once the
-//! brokers refuse it). Time lag is now minus that timestamp. The
+//! the committed offset moves; and each group's member count and state
+//! (librdkafka's DescribeConsumerGroups: ConsumerGroupDescribe for KIP-848
+//! groups, DescribeGroups for classic ones; for the replica suggestion and
+//! the rebalance hold; asked no more once the brokers refuse it). Time lag is now minus that timestamp. The
 //! rules turning the samples into [`LagStatus`] and [`Diagnosis`] are
 //! documented on those types; [`GroupMonitor`] lists their thresholds.
 //!
@@ -52,6 +53,7 @@
 //! report types, `export.rs` the gauges, [`scale`] the autoscaling answer
 //! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
+mod describe;
 mod discover;
 mod export;
 pub(crate) mod judge;
@@ -384,8 +386,8 @@ impl GroupMonitor {
 
     /// The group's current replica (consumer) count, for the replica
     /// suggestion when the brokers do not describe the group's members
-    /// ([`GroupReport::members`] is `None`: KIP-848 consumer groups, brokers
-    /// without DescribeGroups such as librdkafka's mock broker, a missing
+    /// ([`GroupReport::members`] is `None`: brokers without DescribeGroups
+    /// and ConsumerGroupDescribe such as librdkafka's mock broker, a missing
     /// `DESCRIBE` ACL on the group). The members the brokers describe take
     /// precedence. Without either, [`Scaling::Suggest`] carries only a
     /// throughput factor. At least 1.

@@ -18,6 +18,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use crate::config::redact_config_error;
 use crate::error::ConfigError;
 use crate::monitor::MonitorError;
+use crate::monitor::describe;
 use crate::monitor::discover::{Discovery, candidates};
 use crate::monitor::judge::{HeadRead, Observation};
 use crate::record::RecordTimestamp;
@@ -142,8 +143,8 @@ pub(crate) fn observation(
 
 /// The member count and state of a group as ListGroups/DescribeGroups
 /// describe it: `None` for a group the brokers call `Dead` (unknown to the
-/// classic protocol: it does not exist, or it is a KIP-848 consumer group)
-/// or do not list.
+/// classic protocol: it does not exist, or it is a KIP-848 consumer group,
+/// described by [`Reader::describe_members`] instead) or do not list.
 fn members(list: &rdkafka::groups::GroupList, group: &str) -> Option<(u32, String)> {
     let g = list.groups().iter().find(|g| g.name() == group)?;
     if g.state().is_empty() || g.state().eq_ignore_ascii_case("dead") {
@@ -262,6 +263,69 @@ impl Reader {
         Ok(Some(list))
     }
 
+    /// The member count and state of every group in `groups` the listing
+    /// did not describe (all of them without discovery; KIP-848 groups
+    /// with it), in one DescribeConsumerGroups request. A group the brokers
+    /// do not know, or call `Dead`, keeps `None`. Refused for good (the
+    /// brokers lack the APIs, as librdkafka's mock broker does, or the
+    /// client may not describe groups): not asked again.
+    fn describe_members(&mut self, groups: &mut [GroupReads]) {
+        if !self.describe_groups {
+            return;
+        }
+        let wanted: Vec<&str> = groups
+            .iter()
+            .filter(|g| g.members.is_none())
+            .map(|g| g.group.as_str())
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let refused = |code: RDKafkaErrorCode| {
+            matches!(
+                code,
+                RDKafkaErrorCode::UnsupportedFeature
+                    | RDKafkaErrorCode::UnsupportedVersion
+                    | RDKafkaErrorCode::GroupAuthorizationFailed
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed
+            )
+        };
+        let described = match describe::describe(
+            self.uncommitted.client(),
+            &wanted,
+            self.settings.request_timeout,
+        ) {
+            Ok(d) => d,
+            Err(code) if refused(code) => {
+                tracing::info!(error = %code, "the brokers do not describe groups: the replica suggestion counts from current_replicas");
+                self.describe_groups = false;
+                return;
+            }
+            // A timeout or a lost connection: asked again next cycle.
+            Err(code) => {
+                tracing::debug!(error = %code, "describe groups");
+                return;
+            }
+        };
+        for g in groups.iter_mut().filter(|g| g.members.is_none()) {
+            match described.get(&g.group) {
+                Some(Ok(d)) if !d.state.eq_ignore_ascii_case("dead") => {
+                    g.members = Some(d.members);
+                    g.state = Some(d.state.clone());
+                }
+                // The mock broker answers each group so.
+                Some(Err(code)) if refused(*code) => {
+                    tracing::info!(error = %code, group = %g.group, "the brokers do not describe groups: the replica suggestion counts from current_replicas");
+                    self.describe_groups = false;
+                }
+                Some(Err(code)) if *code != RDKafkaErrorCode::GroupIdNotFound => {
+                    tracing::debug!(error = %code, group = %g.group, "describe group");
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn partitions(&self, topic: &str) -> Result<Vec<i32>, MonitorError> {
         let md = self
             .uncommitted
@@ -351,32 +415,11 @@ impl Reader {
             if !is_named && observations.iter().all(|o| o.committed.is_none()) {
                 continue;
             }
-            let members = if let Some(list) = &listing {
-                members(list, group)
-            } else if self.describe_groups {
-                match reader.fetch_group_list(Some(group), timeout) {
-                    Ok(list) => members(&list, group),
-                    // Refused for good: not asked again.
-                    Err(KafkaError::GroupListFetch(
-                        code @ (RDKafkaErrorCode::UnsupportedFeature
-                        | RDKafkaErrorCode::UnsupportedVersion
-                        | RDKafkaErrorCode::GroupAuthorizationFailed
-                        | RDKafkaErrorCode::ClusterAuthorizationFailed),
-                    )) => {
-                        tracing::info!(error = %code, group = %group, "the brokers do not describe groups: the replica suggestion counts from current_replicas");
-                        self.describe_groups = false;
-                        None
-                    }
-                    // A timeout or a lost connection: asked again next cycle.
-                    Err(e) => {
-                        tracing::debug!(error = %e, group = %group, "describe group");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let (members, state) = members.unzip();
+            // A KIP-848 group is `Dead` to the classic listing: described below.
+            let (members, state) = listing
+                .as_ref()
+                .and_then(|list| members(list, group))
+                .unzip();
             groups.push(GroupReads {
                 group: group.clone(),
                 observations,
@@ -384,6 +427,7 @@ impl Reader {
                 state,
             });
         }
+        self.describe_members(&mut groups);
 
         // The records to read: the first at or after max(committed, log start).
         let mut wanted: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();

@@ -31,18 +31,24 @@ pub struct GroupReport {
     /// Every partition of the watched topics, by topic then partition number.
     pub partitions: Vec<PartitionLag>,
     /// The group's member (consumer) count, as the brokers describe the
-    /// group (ListGroups/DescribeGroups, one request per group and cycle):
+    /// group (one DescribeConsumerGroups request per cycle for the watched
+    /// groups: ConsumerGroupDescribe for groups of the KIP-848 consumer
+    /// protocol, `group.protocol=consumer`, classic members of an upgraded
+    /// group included; DescribeGroups for classic groups; with discovery,
+    /// the ListGroups listing describes the classic ones):
     /// `Some(0)` for a group without members (its consumers are gone);
-    /// `None` when the brokers do not describe it: a group of the KIP-848
-    /// consumer protocol (`group.protocol=consumer`), a broker without
-    /// DescribeGroups (librdkafka's mock broker), a missing ACL, or a group
+    /// `None` when the brokers do not describe it: a broker without the
+    /// describe APIs (librdkafka's mock broker), a missing ACL, or a group
     /// that does not exist. The replica suggestion counts from it, else
     /// from [`GroupMonitor::current_replicas`](crate::monitor::GroupMonitor::current_replicas).
     pub members: Option<u32>,
-    /// The group's state as the brokers describe it (DescribeGroups, with
+    /// The group's state as the brokers describe it (with
     /// [`members`](Self::members)): `Stable`, `PreparingRebalance`,
     /// `CompletingRebalance` (a rebalance is in progress) or `Empty`;
-    /// `None` when the brokers do not describe the group.
+    /// `Unknown` for a KIP-848 group while it assigns or reconciles
+    /// (librdkafka 2.12 has no names for those states; the member count's
+    /// change marks the rebalance then); `None` when the brokers do not
+    /// describe the group.
     pub state: Option<String>,
     /// What is wrong, if anything (see [`Diagnosis`]).
     pub diagnosis: Diagnosis,

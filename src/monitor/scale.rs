@@ -140,7 +140,7 @@ impl ScalePolicy {
     }
 
     /// The group's replica count when the brokers do not describe its
-    /// members (the KIP-848 consumer protocol, a missing ACL) and nothing
+    /// members (a missing ACL, a broker without the describe APIs) and nothing
     /// was answered yet. Defaults to none: the scaler then cannot judge
     /// such a group ([`ScaleError::CurrentUnknown`]).
     pub fn current_replicas(mut self, n: u32) -> Self {
