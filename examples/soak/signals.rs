@@ -19,7 +19,7 @@
 //! outage are reported, not required: a member leaving on purpose is no
 //! alarm, and the health does not judge the telemetry pipeline. Nor is the
 //! monitor's signal required for a member replaced before the group could
-//! show it from outside: DescribeGroups lists a dead member until its
+//! show it from outside: the brokers list a dead member until its
 //! session times out, and a replacement that joins within a monitor cycle
 //! of that keeps the member count, while the partitions catch up under the
 //! lag threshold (`Rules::dead_visible_ms`).

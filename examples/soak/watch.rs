@@ -13,7 +13,7 @@ use super::now_ms;
 pub const INTERVAL: Duration = Duration::from_secs(2);
 
 /// One cycle: (unix ms, `dead`, `keeping_up`, ... or `error:<kind>`, the
-/// group's member count as DescribeGroups gave it).
+/// group's member count as the brokers described it).
 pub type Reading = (i64, String, Option<u32>);
 
 /// Watches `group` on `topic` until `stop` resolves; returns every cycle's
