@@ -327,6 +327,11 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let mut plan = plan.into_iter().peekable();
     let mut broker_faults = Vec::new();
     let mut switched: Option<usize> = None;
+    // The consumer whose handler is slow, until when: no other fault picks
+    // it meanwhile, or a kill a few seconds in would end the slow window
+    // before any signal could show it (seed 1306793086305802401: killed 5 s
+    // into its 30 s).
+    let mut slow: Option<(usize, Instant)> = None;
     while started.elapsed() < Duration::from_secs(args.secs) {
         consumers.tend()?;
         if let Some(c) = collector.as_mut()
@@ -337,7 +342,14 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             consumers.event("collector started again".into(), 0);
         }
         while let Some((at, action)) = plan.next_if(|(at, _)| *at <= started.elapsed()) {
-            let running = consumers.running();
+            let busy = slow
+                .filter(|(_, until)| *until > Instant::now())
+                .map(|(s, _)| s);
+            let running: Vec<usize> = consumers
+                .running()
+                .into_iter()
+                .filter(|s| Some(*s) != busy)
+                .collect();
             let pick = |rng: &mut fastrand::Rng| {
                 (!running.is_empty()).then(|| running[rng.usize(..running.len())])
             };
@@ -356,6 +368,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                 }
                 Action::Slow => {
                     if let Some(s) = pick(&mut rng) {
+                        slow = Some((s, Instant::now() + Duration::from_secs(args.slow_secs)));
                         consumers.signal(s, "-USR1");
                         consumers.event(
                             format!("consumer {s} slow (1 s per record)"),
