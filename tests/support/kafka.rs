@@ -532,11 +532,20 @@ impl OffsetReader {
 
 impl TestCluster {
     /// A reusable reader of `group`'s committed offsets for `topic`.
+    ///
+    /// It reads what is committed now, without waiting for offsets an open
+    /// transaction holds: under librdkafka's default `read_committed` an
+    /// offset fetch asks for stable offsets (`require_stable`), and the
+    /// broker keeps answering UNSTABLE_OFFSET_COMMIT while a SIGKILLed
+    /// transactional member's transaction is open, until its successor
+    /// fences it (a slow child start on a loaded machine made a 10 s read
+    /// time out twice in CI).
     pub fn offset_reader(&self, group: &str, topic: &str, partitions: i32) -> OffsetReader {
         let consumer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("group.id", group)
             .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_uncommitted")
             .create()
             .expect("offset reader");
         OffsetReader {
