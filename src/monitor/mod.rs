@@ -399,7 +399,8 @@ impl GroupMonitor {
     /// `true` (the default, like librdkafka's `isolation.level`): offset
     /// lag counts to the last stable offset and the probe reads committed
     /// records only; `false`: to the high watermark. Set it as the watched
-    /// consumers read.
+    /// consumers read. Committed offsets are read as committed so far
+    /// either way: offsets an open transaction holds count once it commits.
     pub fn read_committed(mut self, read_committed: bool) -> Self {
         self.read_committed = read_committed;
         self

@@ -170,6 +170,24 @@ fn client(settings: &ReaderSettings, extra: &[(&str, &str)]) -> Result<BaseConsu
         .map_err(|e| MonitorError::Config(redact_config_error(e)))
 }
 
+/// The client that reads one group's committed offsets. Under
+/// `read_committed` (librdkafka's default) an offset fetch asks for stable
+/// offsets only (KIP-447's `require_stable`): while a member's transaction
+/// holds pending offsets for the group, the broker answers
+/// `UNSTABLE_OFFSET_COMMIT` and librdkafka asks again until the request
+/// times out. A transactional member killed with its transaction open
+/// leaves it so until `transaction.timeout.ms` aborts it (a minute by
+/// default), and the monitor would read nothing for that group meanwhile.
+/// The monitor wants the offsets committed so far, pending ones aside:
+/// `read_uncommitted` reads them at once. (The isolation of the records
+/// the monitor reads and of the lag's end is the probe's, set apart.)
+fn group_client(settings: &ReaderSettings, group: &str) -> Result<BaseConsumer, MonitorError> {
+    client(
+        settings,
+        &[("group.id", group), ("isolation.level", "read_uncommitted")],
+    )
+}
+
 fn kafka(operation: &'static str) -> impl Fn(KafkaError) -> MonitorError {
     move |source| MonitorError::Kafka { operation, source }
 }
@@ -191,7 +209,7 @@ impl Reader {
         let groups = settings
             .groups
             .iter()
-            .map(|g| Ok((g.clone(), client(&settings, &[("group.id", g)])?)))
+            .map(|g| Ok((g.clone(), group_client(&settings, g)?)))
             .collect::<Result<_, MonitorError>>()?;
         Ok(Reader {
             settings,
@@ -256,7 +274,7 @@ impl Reader {
             .retain(|g, _| found.binary_search(g).is_ok());
         for g in found {
             if !self.discovered.contains_key(&g) {
-                let reader = client(&self.settings, &[("group.id", &g)])?;
+                let reader = group_client(&self.settings, &g)?;
                 self.discovered.insert(g, reader);
             }
         }
