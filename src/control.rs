@@ -307,6 +307,12 @@ impl Controls {
         Ok(())
     }
 
+    /// Whether a rate limit is set: without one, [`acquire`](Self::acquire)
+    /// returns at once (callers skip timing it).
+    pub(crate) fn is_limited(&self) -> bool {
+        self.limited.load(Ordering::Acquire)
+    }
+
     /// Takes `records` records' turn under the rate limit for partition
     /// `partition` of `topic`, waiting for it (a changed limit applies to a
     /// wait under way), unless `stop` is cancelled first. Returns `false`
