@@ -50,7 +50,8 @@
 //!
 //! Inside the module: `reader.rs` does the reads, `discover.rs` the
 //! discovery rules, `judge.rs` the rules (no I/O), `report.rs` holds the
-//! report types, `export.rs` the gauges, [`scale`] the autoscaling answer
+//! report types, `running.rs` the connected [`Monitor`] (its cycle, the
+//! state its handle and gauges read), `export.rs` the gauges, [`scale`] the autoscaling answer
 //! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
 mod describe;
@@ -61,14 +62,13 @@ pub(crate) mod judge;
 pub mod keda;
 mod reader;
 mod report;
+mod running;
 pub mod scale;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::metrics::Meter;
 use rdkafka::error::KafkaError;
@@ -76,14 +76,15 @@ use rdkafka::error::KafkaError;
 use crate::config::RedactedProperties;
 use crate::error::ConfigError;
 use crate::monitor::discover::{Discovery, GroupFilter};
-use crate::monitor::judge::{GroupTracker, Rules};
+use crate::monitor::judge::Rules;
 use crate::monitor::reader::{Reader, ReaderSettings};
-use crate::record::unix_ms;
 
 pub use reader::PROBE_GROUP_ID;
 pub use report::{
     Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, Scaling,
 };
+pub(crate) use running::Shared;
+pub use running::{Monitor, MonitorHandle};
 
 /// Default for [`GroupMonitor::interval`]: 10 s between cycles.
 pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
@@ -602,19 +603,12 @@ impl GroupMonitor {
         })
         .await
         .map_err(|_| MonitorError::ReaderPanicked)??;
-        let shared = Arc::new(Shared::default());
-        let export = self
-            .meter
-            .as_ref()
-            .map(|m| export::Export::new(m, Arc::downgrade(&shared)));
-        Ok(Monitor {
-            reader: Arc::new(Mutex::new(reader)),
-            trackers: HashMap::new(),
-            rules: self.rules(),
-            interval: self.interval,
-            shared,
-            _export: export,
-        })
+        Ok(Monitor::new(
+            reader,
+            self.rules(),
+            self.interval,
+            self.meter.as_ref(),
+        ))
     }
 
     /// [`connect`](Self::connect)s, then [`Monitor::run_until`] `stop`
@@ -626,177 +620,5 @@ impl GroupMonitor {
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<(), MonitorError> {
         self.connect().await?.run_until(stop).await;
         Ok(())
-    }
-}
-
-/// What the handle and the gauges read: the latest report and the cycle
-/// counts.
-#[derive(Default)]
-pub(crate) struct Shared {
-    latest: Mutex<Option<Arc<MonitorReport>>>,
-    cycles_ok: AtomicU64,
-    cycles_failed: AtomicU64,
-    failed_by_kind: Mutex<std::collections::BTreeMap<&'static str, u64>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shared {
-    pub(crate) fn latest(&self) -> Option<Arc<MonitorReport>> {
-        lock(&self.latest).clone()
-    }
-
-    pub(crate) fn cycles_ok(&self) -> u64 {
-        self.cycles_ok.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn failed_by_kind(&self) -> Vec<(&'static str, u64)> {
-        lock(&self.failed_by_kind)
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect()
-    }
-}
-
-/// A connected monitor: runs cycles, keeps the samples of the window.
-pub struct Monitor {
-    reader: Arc<Mutex<Reader>>,
-    /// Per watched group; a group no longer watched is dropped.
-    trackers: HashMap<String, GroupTracker>,
-    rules: Rules,
-    interval: Duration,
-    shared: Arc<Shared>,
-    _export: Option<export::Export>,
-}
-
-impl fmt::Debug for Monitor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Monitor")
-            .field("interval", &self.interval)
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Monitor {
-    /// Runs one cycle now: reads every watched partition and evaluates each
-    /// group with the samples of earlier cycles. The report also becomes
-    /// the one [`MonitorHandle::latest`] and the gauges show.
-    ///
-    /// # Errors
-    /// [`MonitorError::Kafka`] when a read failed (the samples are kept;
-    /// the next cycle may succeed), [`MonitorError::UnknownTopic`] when a
-    /// topic disappeared, [`MonitorError::TooMany`] when discovery found
-    /// more groups than [`GroupMonitor::max_groups`] or the topics grew past
-    /// [`GroupMonitor::max_partitions`].
-    pub async fn cycle(&mut self) -> Result<MonitorReport, MonitorError> {
-        let started = Instant::now();
-        let reader = Arc::clone(&self.reader);
-        let reads = tokio::task::spawn_blocking(move || lock(&reader).read())
-            .await
-            .map_err(|_| MonitorError::ReaderPanicked)
-            .and_then(|r| r);
-        let reads = match reads {
-            Ok(r) => r,
-            Err(e) => {
-                self.shared.cycles_failed.fetch_add(1, Ordering::Relaxed);
-                *lock(&self.shared.failed_by_kind)
-                    .entry(e.kind())
-                    .or_default() += 1;
-                return Err(e);
-            }
-        };
-        let now = Instant::now();
-        let taken_at = SystemTime::now();
-        let now_ms = unix_ms(taken_at);
-        self.trackers
-            .retain(|name, _| reads.groups.iter().any(|g| &g.group == name));
-        let groups = reads
-            .groups
-            .iter()
-            .map(|g| {
-                let tracker = self.trackers.entry(g.group.clone()).or_default();
-                let mut report = tracker.evaluate(
-                    &g.group,
-                    &g.observations,
-                    g.members,
-                    &self.rules,
-                    now,
-                    now_ms,
-                );
-                report.state = g.state.clone();
-                report
-            })
-            .collect();
-        let report = MonitorReport {
-            taken_at,
-            cycle_duration: now.saturating_duration_since(started),
-            records_read: reads.records_read,
-            groups,
-        };
-        *lock(&self.shared.latest) = Some(Arc::new(report.clone()));
-        self.shared.cycles_ok.fetch_add(1, Ordering::Relaxed);
-        Ok(report)
-    }
-
-    /// A handle to the latest report, for another task.
-    pub fn handle(&self) -> MonitorHandle {
-        MonitorHandle {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-
-    /// Runs a cycle every [`interval`](GroupMonitor::interval) until `stop`
-    /// resolves. A failed cycle is logged (WARN), counted
-    /// ([`MonitorHandle::cycles`], `fresh_consumer.monitor.cycles` with
-    /// `error.type`), and the next one runs at its time; the latest report
-    /// stays the last good one.
-    pub async fn run_until(mut self, stop: impl Future<Output = ()>) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                _ = tick.tick() => {}
-            }
-            tokio::select! {
-                _ = &mut stop => return,
-                r = self.cycle() => {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, source = ?std::error::Error::source(&e).map(|s| s.to_string()), "group monitor cycle failed");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Reads what a running [`Monitor`] last reported. Cheap to clone.
-#[derive(Clone)]
-pub struct MonitorHandle {
-    shared: Arc<Shared>,
-}
-
-impl fmt::Debug for MonitorHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MonitorHandle").finish_non_exhaustive()
-    }
-}
-
-impl MonitorHandle {
-    /// The latest successful cycle's report; `None` before the first.
-    pub fn latest(&self) -> Option<Arc<MonitorReport>> {
-        self.shared.latest()
-    }
-
-    /// `(successful, failed)` cycles so far.
-    pub fn cycles(&self) -> (u64, u64) {
-        (
-            self.shared.cycles_ok.load(Ordering::Relaxed),
-            self.shared.cycles_failed.load(Ordering::Relaxed),
-        )
     }
 }
