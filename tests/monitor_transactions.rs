@@ -53,6 +53,29 @@ async fn cycle(monitor: &mut Monitor, what: &str) -> MonitorReport {
     report
 }
 
+/// Runs cycles (each must succeed) until the group's committed offset on
+/// partition 0 reads `want`, for up to [`WAIT`]; returns that report.
+async fn until_committed(
+    monitor: &mut Monitor,
+    group: &str,
+    want: i64,
+    what: &str,
+) -> MonitorReport {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let report = cycle(monitor, what).await;
+        let seen = committed(&report, group);
+        if seen == Some(want) {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: committed {seen:?}, not {want}, after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Group `g` has committed 4 on a 10-record partition; a transactional
 /// producer adds offset 7 for `g` to an open transaction. A monitor naming
 /// `g`, and one discovering it, both read 4 (offset lag 6) while the
@@ -120,8 +143,8 @@ async fn open_transactional_offsets_do_not_blind_the_monitor() {
         (&mut named, "named, transaction open"),
         (&mut discovering, "discovered, transaction open"),
     ] {
-        let report = cycle(monitor, what).await;
-        assert_eq!(committed(&report, &group), Some(4), "{what}");
+        // The committed 4 is there from the start: the first cycle answers.
+        let report = until_committed(monitor, &group, 4, what).await;
         let lag = report.groups[0].partitions[0].offset_lag;
         assert_eq!(lag, Some(6), "{what}: offset lag from the committed 4");
     }
@@ -134,21 +157,6 @@ async fn open_transactional_offsets_do_not_blind_the_monitor() {
     // EndTxn answers once the commit is decided; the coordinator then
     // writes the markers, and the group's offsets become 7 when the group
     // coordinator reads its marker: wait for that, with a deadline.
-    for (monitor, what) in [
-        (&mut named, "named, committed"),
-        (&mut discovering, "discovered, committed"),
-    ] {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let seen = committed(&cycle(monitor, what).await, &group);
-            if seen == Some(7) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: committed {seen:?}, not 7, {WAIT:?} after the transaction committed"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    until_committed(&mut named, &group, 7, "named, committed").await;
+    until_committed(&mut discovering, &group, 7, "discovered, committed").await;
 }
