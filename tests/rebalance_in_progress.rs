@@ -3,8 +3,17 @@
 //! the run's start to its first assignment), 0 once assigned, and 0 again
 //! after a second member joined and the partitions were shared (the 1
 //! between that revoke and the next assignment is too short to catch
-//! without a race; `health::hub`'s unit test covers it). The shipped Prometheus rules keep the lag alerts
-//! quiet on it (deploy/prometheus/fresh-consumer-quiet.rules.yml).
+//! without a race; `health::hub`'s unit test covers it). The shipped
+//! Prometheus rules keep the lag alerts quiet on it
+//! (deploy/prometheus/fresh-consumer-quiet.rules.yml).
+//!
+//! The join is held open on purpose so that the 1 is seen without a race:
+//! with `group.initial.rebalance.delay.ms` 0 an uncontested join takes a few
+//! round trips, which a loaded machine's flush loop can miss (a CI run did).
+//! A plain rdkafka member (eager `range` assignor) owns the partitions first
+//! and stops polling: the classic protocol's join then waits for it to
+//! rejoin, which it cannot do before its application serves the revoke. The
+//! test sees the 1, then closes that member, and the join completes.
 //!
 //! Runs on the embedded broker and on a real cluster
 //! (`FRESH_CONSUMER_TEST_BOOTSTRAP`).
@@ -14,6 +23,8 @@ use std::time::Duration;
 use fresh_consumer::Record;
 use fresh_consumer::metrics::{MESSAGING_CONSUMER_GROUP_NAME, REBALANCE_IN_PROGRESS};
 use fresh_consumer::testing::{TestKafka, TestMetrics, TestRecord, spawn, wait_until};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -43,19 +54,29 @@ async fn the_gauge_reads_0_once_assigned_and_comes_back_to_0_after_another_membe
             [(MESSAGING_CONSUMER_GROUP_NAME, group.as_str())],
         )
     };
+    let holder = hold_the_group(&kafka, &group, &topic).await;
     let first = spawn(
         kafka
             .consumer(ok, &group, [topic.as_str()])
             .meter_provider(metrics.provider()),
     );
-    // The join takes the group's join and sync round trips (and, on Apache
-    // Kafka, group.initial.rebalance.delay.ms): long enough to see.
+    // The holder has not rejoined: the join cannot complete.
     wait_until(WAIT, "joining: the gauge reads 1", || async {
         metrics.flush().await.unwrap();
         gauge(&metrics) == vec![1.0]
     })
     .await
     .unwrap();
+    assert!(
+        first.health().snapshot().partitions.is_empty(),
+        "assigned while another member held the group's join"
+    );
+    // Closing serves the revoke and leaves the group (on the mock broker
+    // the join then completes at its rebalance timer, session.timeout.ms
+    // - 1 s).
+    tokio::task::spawn_blocking(move || drop(holder))
+        .await
+        .unwrap();
     wait_until(WAIT, "assigned: the gauge reads 0", || async {
         metrics.flush().await.unwrap();
         first.health().snapshot().partitions.len() == 2 && gauge(&metrics) == vec![0.0]
@@ -84,4 +105,33 @@ async fn the_gauge_reads_0_once_assigned_and_comes_back_to_0_after_another_membe
     .unwrap();
     second.stop().await.unwrap();
     first.stop().await.unwrap();
+}
+
+/// A member of `group` (eager `range` assignor, the classic protocol) that
+/// owns both partitions of `topic` and, once returned, is never polled
+/// again: a later member's join waits for it until it is closed.
+async fn hold_the_group(kafka: &TestKafka, group: &str, topic: &str) -> BaseConsumer {
+    let holder: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka.bootstrap_servers())
+        .set("group.id", group)
+        .set("partition.assignment.strategy", "range")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .create()
+        .expect("the holding member");
+    holder.subscribe(&[topic]).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + WAIT;
+        while holder.assignment().map(|a| a.count()).unwrap_or(0) < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the holding member was not assigned within {WAIT:?}"
+            );
+            let _ = holder.poll(Duration::from_millis(50));
+        }
+        holder
+    })
+    .await
+    .unwrap()
 }
