@@ -34,7 +34,7 @@ use fresh_consumer::metrics::{
 };
 use fresh_consumer::monitor::keda::{KedaScaler, METRIC_NAME};
 use fresh_consumer::monitor::scale::{Autoscaler, ScalePolicy};
-use fresh_consumer::monitor::{Diagnosis, GroupMonitor, Scaling};
+use fresh_consumer::monitor::{Diagnosis, GroupMonitor, Monitor, Scaling};
 use fresh_consumer::testing::{TestMetrics, monitor_scenarios};
 use support::kafka::TestCluster;
 use support::wait::within;
@@ -512,21 +512,12 @@ async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
     let metrics = TestMetrics::new();
     let meter = opentelemetry::metrics::MeterProvider::meter(metrics.provider(), "test");
     let scaler = KedaScaler::new(Autoscaler::new(ScalePolicy::new(), Some(&meter)).unwrap());
-    let (members_tx, members) = tokio::sync::watch::channel(None::<u32>);
-    let feeding = {
-        let scaler = scaler.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            loop {
-                tick.tick().await;
-                if let Ok(r) = monitor.cycle().await {
-                    let _ = members_tx.send(r.groups[0].members);
-                    scaler.observe(Arc::new(r));
-                }
-            }
-        })
-    };
-    let (mut client, server) = serve(scaler).await;
+    // The test runs the monitor's cycles itself, one per look: every
+    // report is decided on before the next one replaces it (a feeder task
+    // could observe the report whose member count changed and the next
+    // stable one back to back, and the hold would never be asked for).
+    let mut members = None::<u32>;
+    let (mut client, server) = serve(scaler.clone()).await;
     let o = object("rebalance", &[("group", group.as_str())]);
     let rebalancing = |m: &TestMetrics| {
         m.gauge(
@@ -540,8 +531,8 @@ async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
     // One member, stable: its count, not held.
     within(WAIT, "one stable member, answered 1", async {
         loop {
-            if *members.borrow() == Some(1) && replicas(&mut client, &o).await.is_ok_and(|n| n == 1)
-            {
+            feed(&mut monitor, &scaler, &mut members).await;
+            if members == Some(1) && replicas(&mut client, &o).await.is_ok_and(|n| n == 1) {
                 metrics.flush().await.unwrap();
                 if rebalancing(&metrics) == vec![0.0] {
                     break;
@@ -556,8 +547,11 @@ async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
             .consumer(&group, &topic, ok)
             .run_until(stop.clone().cancelled_owned()),
     );
+    // The report in which the count changed (or a group state of
+    // PreparingRebalance / CompletingRebalance) is held: each is asked for.
     within(WAIT, "held as rebalancing", async {
         loop {
+            feed(&mut monitor, &scaler, &mut members).await;
             let n = replicas(&mut client, &o).await.unwrap();
             metrics.flush().await.unwrap();
             if rebalancing(&metrics) == vec![1.0] {
@@ -570,9 +564,10 @@ async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
     .await;
     within(WAIT, "two stable members, no longer held", async {
         loop {
+            feed(&mut monitor, &scaler, &mut members).await;
             let _ = replicas(&mut client, &o).await;
             metrics.flush().await.unwrap();
-            if *members.borrow() == Some(2) && rebalancing(&metrics) == vec![0.0] {
+            if members == Some(2) && rebalancing(&metrics) == vec![0.0] {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -582,6 +577,14 @@ async fn a_member_joining_holds_the_count_as_rebalancing_on_a_real_cluster() {
     stop.cancel();
     let _ = first.await;
     let _ = second.await;
-    feeding.abort();
     server.cancel();
+}
+
+/// One monitor cycle handed to the scaler; `members` takes the group's
+/// member count when the cycle read it (a failed cycle changes nothing).
+async fn feed(monitor: &mut Monitor, scaler: &KedaScaler, members: &mut Option<u32>) {
+    if let Ok(r) = monitor.cycle().await {
+        *members = r.groups[0].members;
+        scaler.observe(Arc::new(r));
+    }
 }
