@@ -112,8 +112,10 @@ fn bucket(bounds: &[f64], v: f64) -> usize {
 // 1. Names, units, descriptions, attributes, boundaries, counts
 // ---------------------------------------------------------------------------
 
-/// Five records stamped now-0.05 s, now-0.2 s, now-0.9 s, now-3 s and
-/// now-120 s land in five different buckets of the event-age histogram, and
+/// Five records stamped now-0.3 s, now-1.2 s, now-3 s, now-6 s and
+/// now-120 s land in five different buckets of the event-age histogram
+/// (each at least 200 ms below its bucket's upper bound, so a loaded
+/// machine's delay from production to success keeps them apart), and
 /// every instrument arrives with its documented name, unit, description and
 /// attributes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +138,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
     })
     .await;
 
-    let nominal = [0.05, 0.2, 0.9, 3.0, 120.0];
+    let nominal = [0.3, 1.2, 3.0, 6.0, 120.0];
     for (i, age) in nominal.iter().enumerate() {
         let ts = now_ms() - (age * 1000.0) as i64;
         cluster
@@ -297,7 +299,7 @@ async fn metrics_arrive_with_names_units_attributes_and_buckets() {
         "{point:?} vs {sum}"
     );
     assert!(
-        point.min.unwrap() >= 0.05 && point.max.unwrap() >= 120.0,
+        point.min.unwrap() >= 0.3 - 0.002 && point.max.unwrap() >= 120.0,
         "{point:?}"
     );
 
@@ -466,9 +468,11 @@ async fn failures_missing_timestamps_and_clock_skew() {
             }
         }
     };
+    // 6 s ago: (5, 10] until 4 s after production, for the consumer's start,
+    // its group join and the retries, on a loaded machine too.
     let ago = |s: i64| Some(now_ms() - s * 1000);
-    cluster.produce(&topic, 0, "fail-twice", "v", ago(1)).await;
-    cluster.produce(&topic, 0, "panic-once", "v", ago(1)).await;
+    cluster.produce(&topic, 0, "fail-twice", "v", ago(6)).await;
+    cluster.produce(&topic, 0, "panic-once", "v", ago(6)).await;
     // librdkafka sends -1 as "no timestamp": the record arrives NotAvailable.
     cluster
         .produce(&topic, 0, "no-timestamp", "v", Some(-1))
@@ -482,8 +486,8 @@ async fn failures_missing_timestamps_and_clock_skew() {
     cluster
         .produce(&topic, 0, "future", "v", Some(now_ms() + 30_000))
         .await;
-    cluster.produce(&topic, 0, "ok", "v", ago(1)).await;
-    cluster.produce(&topic, 1, "always-fail", "v", ago(1)).await;
+    cluster.produce(&topic, 0, "ok", "v", ago(6)).await;
+    cluster.produce(&topic, 1, "always-fail", "v", ago(6)).await;
 
     let run = start(
         cluster
@@ -535,7 +539,7 @@ async fn failures_missing_timestamps_and_clock_skew() {
     let p0 = partition_attrs(&topic, 0, &group);
     let p1 = partition_attrs(&topic, 1, &group);
 
-    // Ages: fail-twice, panic-once, ok (about 1 s) and future (0). Nothing
+    // Ages: fail-twice, panic-once, ok (about 6 s) and future (0). Nothing
     // for the records without a timestamp, nothing for partition 1.
     let age = receiver.metric(EVENT_AGE);
     let (points, _) = histogram_points(&age);
@@ -545,10 +549,10 @@ async fn failures_missing_timestamps_and_clock_skew() {
     assert_eq!(point.min, Some(0.0), "the future record counts as age 0");
     let mut want = vec![0u64; EVENT_AGE_BOUNDARIES.len() + 1];
     want[0] = 1; // 0 <= 0.001
-    want[bucket(EVENT_AGE_BOUNDARIES, 1.01)] = 3; // (1, 2.5]
+    want[bucket(EVENT_AGE_BOUNDARIES, 6.01)] = 3; // (5, 10]
     assert_eq!(point.bucket_counts, want);
     assert!(
-        point.max.unwrap() > 1.0 && point.max.unwrap() < 2.5,
+        point.max.unwrap() > 6.0 && point.max.unwrap() < 10.0,
         "{point:?}"
     );
 
