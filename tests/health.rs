@@ -145,8 +145,11 @@ async fn a_count_without_an_age() {
             .expect("head age p1"),
     );
     eprintln!("head ages over the wire: p0 {a0:.2} s, p1 {a1:.2} s");
-    assert!((59.0..70.0).contains(&a0), "p0 head age {a0}");
-    assert!(a1 < 5.0, "p1 head age {a1}");
+    // The heads are 60 s apart (p0's stamped 60 s before p1's was
+    // produced); both grow while the gate is shut, so only their difference
+    // is exact on a slow machine.
+    assert!((59.0..62.0).contains(&(a0 - a1)), "p0 {a0} s, p1 {a1} s");
+    assert!(a1 < 30.0, "p1 head age {a1}");
 
     let s = run.health.snapshot();
     eprintln!("{s}");
@@ -155,8 +158,12 @@ async fn a_count_without_an_age() {
         s.partition(&topic, 1).unwrap(),
     );
     assert_eq!((r0.lag, r1.lag), (Some(20), Some(20)), "same count");
-    assert!(r0.head_age >= Duration::from_secs(59), "{r0:?}");
-    assert!(r1.head_age < Duration::from_secs(5), "{r1:?}");
+    let apart = r0.head_age.saturating_sub(r1.head_age);
+    assert!(
+        (Duration::from_secs(59)..Duration::from_secs(62)).contains(&apart),
+        "{r0:?} {r1:?}"
+    );
+    assert!(r1.head_age < Duration::from_secs(30), "{r1:?}");
 
     gate.open();
     let s = wait_snapshot(&run.health, WAIT, "both partitions caught up", |s| {
@@ -612,17 +619,24 @@ async fn a_retention_overrun_is_counted_logged_and_resumes_at_the_log_start() {
     assert!(seen.of(0).windows(2).all(|w| w[1] == w[0] + 1));
     assert_eq!(seen.count(1), 0, "partition 1 was committed at its end");
     let p0 = partition_attrs(&topic, 0, &group);
-    wait_until(WAIT, "the overrun counted over the wire", || async {
-        receiver.counter_total(RETENTION_OVERRUN_MESSAGES, &p0) == (lo - n) as f64
-    })
-    .await;
-    assert_eq!(
+    // Both counters, in one wait: the two are added one after the other, so
+    // an export between the two adds can carry the first alone.
+    let resets = || {
         receiver.counter_total(
             OFFSET_RESETS,
-            &with(&p0, &[(OFFSET_RESET_REASON, "retention_overrun")])
-        ),
-        1.0
-    );
+            &with(&p0, &[(OFFSET_RESET_REASON, "retention_overrun")]),
+        )
+    };
+    wait_until(
+        WAIT,
+        "the overrun and the reset counted over the wire",
+        || async {
+            receiver.counter_total(RETENTION_OVERRUN_MESSAGES, &p0) == (lo - n) as f64
+                && resets() >= 1.0
+        },
+    )
+    .await;
+    assert_eq!(resets(), 1.0);
     assert_eq!(
         receiver.counter_total(
             RETENTION_OVERRUN_MESSAGES,
