@@ -371,8 +371,29 @@ async fn backpressure(split: bool) {
 /// runs out of three) with a plain resume; 3-5 ms with the fetch restarted
 /// on resume. In the `hot_partition` bench (3,000 records, key order) the
 /// stalls were ~0.9 s each and cut key-ordered throughput by 5x.
+///
+/// A pass whose longest gap is over the bound runs once more on a new topic
+/// and group, and the test fails only if that one stalls too: one
+/// descheduling of a loaded machine must not fail it, while the bug stalled
+/// every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_partition_is_fetched_again_at_once() {
+    let bound = Duration::from_millis(250);
+    let first = longest_gap_through_pauses().await;
+    if first < bound {
+        return;
+    }
+    eprintln!("longest gap {first:?} over {bound:?}: once more");
+    let second = longest_gap_through_pauses().await;
+    assert!(
+        second < bound,
+        "a resumed partition stalled for {first:?}, then for {second:?}"
+    );
+}
+
+/// The longest gap between two handler calls over 400 records of one
+/// partition through a 40-record buffer, through the poll loop's hand-over.
+async fn longest_gap_through_pauses() -> Duration {
     let (cluster, topic, group) = setup("resume-stall", 1, 400).await;
     let seen = Seen::default();
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
@@ -408,10 +429,7 @@ async fn a_resumed_partition_is_fetched_again_at_once() {
         .unwrap();
     let total = calls[calls.len() - 1].duration_since(calls[0]);
     eprintln!("400 records in {total:?}; longest gap between handler calls {longest:?}");
-    assert!(
-        longest < Duration::from_millis(250),
-        "a resumed partition stalled for {longest:?}"
-    );
+    longest
 }
 
 // ---------------------------------------------------------------------------

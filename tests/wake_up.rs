@@ -27,11 +27,15 @@ use tokio::sync::Notify;
 
 /// Records produced (one at a time, each after the one before was
 /// handled) once the earlier worker ended.
-const PROBES: i64 = 8;
+const PROBES: i64 = 12;
+
+/// Probes allowed over [`WOKEN`]: one, for a loaded machine that
+/// descheduled a worker or the poll loop once.
+const SLOW_ALLOWED: usize = 1;
 
 /// A bound far below the idle re-poll (1 s) and far above a woken worker's
-/// latency (2-11 ms): with the wake-up off, eight probes in a row under it
-/// has a chance of about 0.4^8.
+/// latency (2-11 ms): with the wake-up off, a probe is under it with a
+/// chance of about 0.4, so 11 or more of 12 with about 3e-4.
 const WOKEN: Duration = Duration::from_millis(400);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,8 +139,8 @@ async fn a_partition_handed_back_while_its_old_worker_runs_is_woken_by_records()
     run.stop().await;
     eprintln!("produce-to-handled: {latencies:?}");
     let slow = latencies.iter().filter(|l| **l > WOKEN).count();
-    assert_eq!(
-        slow, 0,
+    assert!(
+        slow <= SLOW_ALLOWED,
         "records reached the handler only at the idle re-poll: {latencies:?}"
     );
 }
