@@ -39,8 +39,9 @@
 //!
 //! On a real broker a raw run of `BENCH_LATENCY_BROKER_WARMUP_SECS` (5; 0
 //! on the mock and with `--test`) per `linger.ms` comes before the rounds
-//! and is not in the figures: a just-started broker's first two runs were
-//! slow (seconds, then 100-150 ms at p99).
+//! and is not in the figures: a just-started broker's first run stalled
+//! for seconds at p99 on three days. The next runs can still be slower
+//! (41-155 ms at p99 against 4-10 ms), so read the median over rounds.
 //!
 //! The summary gives, per `linger.ms` and consumer, the median over rounds
 //! of p50, p99, p99.9 and max, the process CPU per record (the producer
@@ -483,10 +484,10 @@ fn main() {
         broker.bootstrap(),
         support::machine()
     );
-    // A broker's first runs after it started are slow (a new JVM: the
-    // first raw run on a fresh broker had a 2.1-2.9 s p99 on three days,
-    // the run after it 96-155 ms): runs that are not in the figures come
-    // first, one per `linger.ms`, so round 1 does not pay for them.
+    // A broker's first run after it started stalls (a 2.1-2.9 s p99 on
+    // three days; the cause, JVM warm-up or the shared cores, is not
+    // measured): runs that are not in the figures come first, one per
+    // `linger.ms`, so round 1 does not take the stall.
     let broker_warmup: f64 = env_or(
         "BENCH_LATENCY_BROKER_WARMUP_SECS",
         match broker {
