@@ -39,7 +39,12 @@ impl<H: Handler> Worker<H> {
             }
             let start = last_end.take().unwrap_or_else(Instant::now);
             batch_start.get_or_insert(start);
-            match self.handle_until_done(record, Some(start)).await {
+            let done = if self.plain {
+                self.handle_plain(record, start).await
+            } else {
+                self.handle_until_done(record, Some(start)).await
+            };
+            match done {
                 Done::Completed { succeeded_at } => last_end = succeeded_at,
                 Done::Stopped | Done::Late => break,
                 // Read again after the rewind at the loop's top.

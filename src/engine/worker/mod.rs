@@ -140,7 +140,14 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         rewind: AtomicBool::new(false),
         ages: Mutex::new(Vec::new()),
     });
+    let plain = task::plain_attempts(
+        engine,
+        state.trace.is_some(),
+        engine.exhausted.tier_of(topic).is_some(),
+        stale.is_some(),
+    );
     let worker = Worker {
+        plain,
         state: Arc::clone(&state),
         engine: Arc::clone(engine),
         handler: Arc::clone(handler),

@@ -34,8 +34,33 @@ pub(super) struct Worker<H> {
     pub(super) position_doubtful: AtomicBool,
     /// The partition's open run of stale records (see `stale.rs`).
     pub(super) stale_run: std::sync::Mutex<Option<super::stale::StaleRun>>,
+    /// Whether a record's first attempt may take
+    /// [`Worker::handle_plain`]: none of the per-record machinery it skips
+    /// is on for this partition (see [`plain_attempts`]).
+    pub(super) plain: bool,
     /// Dropped when the worker ends, after every handler call it started.
     pub(super) _done: std::sync::mpsc::Sender<()>,
+}
+
+/// Whether a partition's records can take [`Worker::handle_plain`] for
+/// their first attempt: no traces (`trace_on`), no handler outputs or
+/// transactions, no handler timeout, no origin-time ages, no retry tier
+/// (`tier`: the topic is a tier, whose records wait for their due time),
+/// and no stale-record policy for the topic (`stale_applies`). A failed
+/// first attempt goes on through [`Worker::attempt_until_done`] either way.
+pub(super) fn plain_attempts(
+    engine: &Engine,
+    trace_on: bool,
+    tier: bool,
+    stale_applies: bool,
+) -> bool {
+    !trace_on
+        && !tier
+        && !stale_applies
+        && engine.outputs.is_none()
+        && engine.transactions.is_none()
+        && engine.settings.handler_timeout.is_none()
+        && !engine.settings.origin_time
 }
 
 /// A worker adds its successes to the shared counters at least every this
