@@ -58,6 +58,14 @@
 #   PEERS_BROKER_PID                    with PEERS_BOOTSTRAP: the broker's pid, for the broker CPU
 #                                       column (read from /proc/PID/stat; without it, 0)
 #   PEERS_KEEP_TOPICS (0)               1: leave the run's topics on a PEERS_BOOTSTRAP broker
+#   PEERS_PRELOAD                       a malloc to preload (LD_PRELOAD) into the clients that
+#                                       consume through librdkafka (c, c-api, raw*, fresh*, python*),
+#                                       e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (Debian's
+#                                       libjemalloc2); not into the broker, Java or kafkajs.
+#                                       librdkafka allocates one op per fetched message on its
+#                                       broker thread and the consuming thread frees it: glibc's
+#                                       arena lock is a large share of every native client's CPU
+#                                       (benches/README.md, "The allocator")
 # Output: the table on stdout; the JSON lines, logs and the table under
 # benches/peers/out/<UTC timestamp>/.
 set -euo pipefail
@@ -240,7 +248,16 @@ machine() {
 }
 cpu_ticks() { [[ -n $1 ]] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 hz=$(getconf CLK_TCK)
-run_client() { # client group
+preload=${PEERS_PRELOAD:-}
+if [[ -n $preload && ! -r $preload ]]; then
+    log "PEERS_PRELOAD=$preload: no such file"
+    exit 2
+fi
+run_client() ( # client group; a subshell, so LD_PRELOAD stays in it
+    # The librdkafka clients run with the preloaded malloc, if any.
+    case $1 in
+        c | c-api | raw* | fresh* | python*) [[ -z $preload ]] || export LD_PRELOAD=$preload ;;
+    esac
     case $1 in
         c) "$c_bin" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         c-api) "$bin/peer_throughput" --c-api --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
@@ -257,14 +274,15 @@ run_client() { # client group
         kafkajs-nohist) node "$here/kafkajs/consume.js" --no-histogram --mode eachMessage --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         java) java -jar "$java_jar" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         java-nohist) java -jar "$java_jar" --no-histogram --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
-        *) log "unknown client $1"; return 2 ;;
+        *) log "unknown client $1"; exit 2 ;;
     esac
-}
+)
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "machine at start: $(machine)"
     echo "broker: $broker_desc"
     echo "workload: $n_topics topics x 4 partitions x $per_partition records = $records records (100 B payload, 8 B key)"
+    echo "malloc of the librdkafka clients: ${preload:-glibc (no PEERS_PRELOAD)}"
 } >"$out/meta.txt"
 results=$out/results.jsonl
 : >"$results"
