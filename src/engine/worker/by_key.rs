@@ -203,10 +203,15 @@ impl<H: Handler> Worker<H> {
         Some((lane, next))
     }
 
-    /// One record's handler pipeline in key order.
+    /// One record's handler pipeline in key order (its first attempt on
+    /// the plain path when the partition allows it, as in partition order).
     async fn pipeline(&self, lane: LaneId, record: Record) -> PipelineDone {
         let offset = record.offset();
-        let done = self.handle_until_done(record, None).await;
+        let done = if self.plain {
+            self.handle_plain(record, Instant::now()).await
+        } else {
+            self.handle_until_done(record, None).await
+        };
         (lane, offset, matches!(done, Done::Completed { .. }))
     }
 }
