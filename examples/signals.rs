@@ -553,7 +553,7 @@ async fn stuck_partition(broker: &Broker) -> Result<Outcome, StageError> {
         .reasons
         .iter()
         .find_map(|r| match r {
-            HealthReason::BlockedByFailingRecord { duration } => Some(secs(*duration)),
+            HealthReason::BlockedByFailingRecord { duration, .. } => Some(secs(*duration)),
             _ => None,
         })
         .unwrap_or_default();

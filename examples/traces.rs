@@ -169,7 +169,7 @@ async fn run() -> Result<bool, Box<dyn Error>> {
         .run_until(async move {
             tokio::select! {
                 () = done.notified() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                () = fresh_consumer::shutdown_signal() => {}
             }
         })
         .await?;

@@ -41,7 +41,7 @@ use crate::trace::ProducerContext;
 ///     .topics(["orders"])
 ///     .set("session.timeout.ms", "10000")
 ///     .commit_interval(Duration::from_millis(500))
-///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+///     .run_until(fresh_consumer::shutdown_signal())
 ///     .await?;
 /// println!("handled {} records", summary.records_succeeded);
 /// # Ok(()) }
@@ -268,7 +268,7 @@ impl<H> FreshConsumer<H> {
     ///     .topics(["prices"])
     ///     // A price older than 10 minutes is not worth an alert.
     ///     .max_record_age(Duration::from_secs(600), OnStale::Topic("prices.stale".into()))
-    ///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .run_until(fresh_consumer::shutdown_signal())
     ///     .await?;
     /// # Ok(()) }
     /// ```
@@ -613,7 +613,7 @@ impl<B: BatchHandler> FreshConsumer<Batched<B>> {
     ///     .topics(["orders"])
     ///     .max_batch_records(1_000)
     ///     .max_batch_wait(std::time::Duration::from_millis(50))
-    ///     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+    ///     .run_until(fresh_consumer::shutdown_signal())
     ///     .await?;
     /// # Ok(()) }
     /// ```
@@ -652,12 +652,42 @@ impl<B: BatchHandler> FreshConsumer<Batched<B>> {
 }
 
 impl<H: Handler> FreshConsumer<H> {
-    /// Runs the consumer until the process ends (or a fatal Kafka error).
+    /// Runs the consumer until the process is asked to stop (SIGTERM or
+    /// SIGINT on Unix, Ctrl-C elsewhere), then shuts down gracefully as
+    /// [`run_until`](Self::run_until) does: running handlers get
+    /// [`revoke_timeout`](Self::revoke_timeout), completed work is
+    /// committed, metrics are flushed, the member leaves the group, all
+    /// within [`shutdown_timeout`](Self::shutdown_timeout). This is what a
+    /// service under Kubernetes needs: a pod gets SIGTERM at every rollout.
+    ///
+    /// A **second** signal during that shutdown ends the run at once with
+    /// [`RunError::Interrupted`]: the final commit may not have happened,
+    /// so records completed since the last commit are redelivered to the
+    /// group (at-least-once still holds; nothing is committed past a
+    /// record that did not complete). A signal that arrives before the
+    /// first assignment ends the run with nothing to commit.
+    ///
+    /// The signal handlers are installed when the run starts and stay
+    /// installed for the rest of the process. To stop on something else,
+    /// use [`run_until`](Self::run_until) (with
+    /// [`shutdown_signal`](crate::shutdown_signal) to keep the signals).
     ///
     /// # Errors
-    /// As [`run_until`](Self::run_until).
+    /// As [`run_until`](Self::run_until), and [`RunError::Interrupted`] on
+    /// a second signal.
     pub async fn run(self) -> Result<RunSummary, RunError> {
-        self.run_until(std::future::pending()).await
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RunError::NoRuntime);
+        }
+        let (graceful, interrupt, _watch) = crate::signal::Signals::new().watch();
+        let FreshConsumer { handler, settings } = self;
+        crate::engine::run(
+            handler,
+            settings,
+            graceful.cancelled_owned(),
+            interrupt.cancelled_owned(),
+        )
+        .await
     }
 
     /// Runs the consumer until `signal` resolves, then shuts down within
@@ -666,6 +696,10 @@ impl<H: Handler> FreshConsumer<H> {
     /// synchronously, flushes metrics (when a
     /// [`meter_provider`](Self::meter_provider) was given), leaves the group,
     /// and returns what was done.
+    ///
+    /// For a service, pass [`shutdown_signal()`](crate::shutdown_signal)
+    /// (SIGTERM or SIGINT), or call [`run`](Self::run), which does and also
+    /// stops at once on a second signal.
     ///
     /// Must be called inside a tokio runtime (multi-thread or current-thread).
     /// The poll loop runs as a task on that runtime; commits and other
@@ -681,7 +715,7 @@ impl<H: Handler> FreshConsumer<H> {
         S: Future<Output = ()>,
     {
         let FreshConsumer { handler, settings } = self;
-        crate::engine::run(handler, settings, signal).await
+        crate::engine::run(handler, settings, signal, std::future::pending()).await
     }
 }
 

@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 ///     // ...
 ///     control.resume_topic("emails").expect("subscribed and running");
 /// });
-/// consumer.run_until(async { tokio::signal::ctrl_c().await.ok(); }).await?;
+/// consumer.run_until(fresh_consumer::shutdown_signal()).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]

@@ -168,6 +168,14 @@ pub enum RunError {
     /// `read_committed` reader.
     #[error("fatal kafka error")]
     Fatal(#[source] KafkaError),
+    /// A second stop signal (SIGTERM or SIGINT) arrived while
+    /// [`run`](crate::FreshConsumer::run) was shutting down after the
+    /// first: the run ended at once, without waiting for running handlers
+    /// or the final commit. Records completed since the last commit are
+    /// redelivered to the group; nothing was committed past a record that
+    /// did not complete.
+    #[error("interrupted by a second stop signal during shutdown")]
+    Interrupted,
 }
 
 impl RunError {
@@ -196,4 +204,15 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     out
+}
+
+/// Writes `message()` to stderr as an ERROR line when no `tracing`
+/// subscriber was ever installed, so a condition that stops work (a
+/// partition stopped at a failing record) is seen by a service that never
+/// set up logging. With a subscriber, the caller's `tracing::error!` is
+/// the report and this prints nothing.
+pub(crate) fn say_without_subscriber(message: impl FnOnce() -> String) {
+    if !tracing::dispatcher::has_been_set() {
+        eprintln!("ERROR fresh_consumer: {}", message());
+    }
 }

@@ -23,7 +23,7 @@
 //!     .bootstrap_servers("localhost:9092")
 //!     .group_id("billing")
 //!     .topics(["payments"])
-//!     .run_until(async { tokio::signal::ctrl_c().await.ok(); })
+//!     .run_until(fresh_consumer::shutdown_signal())
 //!     .await?;
 //! for (tp, offset) in &summary.committed {
 //!     println!("{}:{} committed at {offset}", tp.topic, tp.partition);
@@ -116,6 +116,7 @@ mod ordering;
 pub mod otlp;
 pub mod output;
 mod record;
+mod signal;
 pub mod slo;
 mod summary;
 #[cfg(feature = "testing")]
@@ -155,6 +156,7 @@ pub use health::{
 pub use ordering::ProcessingOrder;
 pub use output::{Output, OutputConfig, outputs};
 pub use record::{Header, Record, RecordTimestamp};
+pub use signal::shutdown_signal;
 pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};
 pub use trace::ProducerContext;

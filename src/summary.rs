@@ -1,6 +1,7 @@
 //! What a run did, returned when the consumer stops.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 /// A topic and partition.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -9,6 +10,33 @@ pub struct TopicPartition {
     pub topic: String,
     /// The partition number.
     pub partition: i32,
+}
+
+/// A record that stopped its partition: its attempts ran out (or its
+/// handler returned a [`permanent`](crate::permanent) error) under
+/// [`OnExhausted::Block`](crate::OnExhausted::Block) (the default) or the
+/// storm guard, or its dead-letter or retry-tier write keeps failing.
+/// Nothing after it in its partition is committed until it moves on: the
+/// worker retries it at the capped backoff
+/// ([`retry_backoff`](crate::FreshConsumer::retry_backoff)'s maximum).
+///
+/// Reported in [`RunSummary::blocked`], in the health report's
+/// [`HealthReason::BlockedByFailingRecord`](crate::health::HealthReason::BlockedByFailingRecord),
+/// counted in [`BLOCKED_MESSAGES`](crate::metrics::BLOCKED_MESSAGES), and
+/// logged at ERROR (on stderr when no `tracing` subscriber is installed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BlockedRecord {
+    /// The record's offset: the partition's committed offset stays at or
+    /// below it.
+    pub offset: i64,
+    /// Handler attempts made before the partition stopped (the first time;
+    /// the capped-backoff retries that follow are not counted here).
+    pub attempts: u32,
+    /// The last error, with its sources (`outer: inner`).
+    pub error: String,
+    /// When the partition stopped at the record.
+    pub since: SystemTime,
 }
 
 /// What a run did, returned by [`FreshConsumer::run_until`](crate::FreshConsumer::run_until).
@@ -69,6 +97,17 @@ pub struct RunSummary {
     pub commit_failures: u64,
     /// Rebalance events seen (assignments, revocations, losses).
     pub rebalances: u64,
+    /// Records that stopped their partition (see [`BlockedRecord`]),
+    /// counted once per record when it first blocked.
+    pub records_blocked: u64,
+    /// The partitions that were stopped at a record when the run ended (or
+    /// when this member lost them in a rebalance while stopped), with the
+    /// record. Empty when every blocked record moved on. A non-empty map
+    /// means records wait behind a record that never succeeded: fix the
+    /// cause, or give failing records a dead-letter topic
+    /// (`.on_exhausted(OnExhausted::DeadLetter(DeadLetter::default()))`,
+    /// see [`OnExhausted::DeadLetter`](crate::OnExhausted::DeadLetter)).
+    pub blocked: BTreeMap<TopicPartition, BlockedRecord>,
     /// The last offset this member committed per partition: the next offset
     /// to read (Kafka's committed offset), so all records below it are done.
     pub committed: BTreeMap<TopicPartition, i64>,

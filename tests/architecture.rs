@@ -38,7 +38,7 @@ fn layer(module: &str) -> Option<u32> {
         "otlp" => 45,
         "trace" => 42,
         "metrics" => 40,
-        "slo" | "handler" | "ordering" | "summary" | "clock" | "control" => 20,
+        "slo" | "handler" | "ordering" | "summary" | "clock" | "control" | "signal" => 20,
         "record" | "error" => 10,
         _ => return None,
     })

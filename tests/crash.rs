@@ -12,12 +12,9 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::Record;
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, unique};
 use support::logs;
@@ -44,27 +41,7 @@ fn child_consumer() {
     let delay = Duration::from_millis(child::var(CHILD_DELAY_MS).parse().expect("delay in ms"));
     logs::init();
 
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&out)
-        .expect("output file");
-    let file = Arc::new(Mutex::new(file));
-    let handler = move |r: Record| {
-        let file = Arc::clone(&file);
-        async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            // One write per line: a kill never leaves half a line behind a
-            // record that was not reported done.
-            let line = format!("{} {}\n", r.partition(), r.offset());
-            let mut f = file.lock().unwrap();
-            f.write_all(line.as_bytes())?;
-            f.flush()?;
-            Ok::<(), std::io::Error>(())
-        }
-    };
+    let handler = child::line_writer(&out, delay);
     let summary =
         child::block_on(child::consumer(handler, &target).run_until(child::stdin_closed()))
             .expect("the child consumer ran without a fatal error");
@@ -106,23 +83,7 @@ impl ChildConsumer {
 
     /// Every complete `partition offset` line, in file order.
     fn handled(&self) -> Vec<(i32, i64)> {
-        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
-        let complete = match text.rfind('\n') {
-            Some(i) => &text[..=i],
-            None => "",
-        };
-        complete
-            .lines()
-            .map(|l| {
-                let mut it = l.split(' ');
-                let p = it.next().and_then(|s| s.parse().ok());
-                let o = it.next().and_then(|s| s.parse().ok());
-                match (p, o) {
-                    (Some(p), Some(o)) => (p, o),
-                    _ => panic!("{}: malformed line {l:?}", self.process.name),
-                }
-            })
-            .collect()
+        child::handled_lines(&self.out)
     }
 }
 

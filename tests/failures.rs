@@ -935,7 +935,7 @@ async fn block_policy_holds_the_partition_until_the_record_succeeds() {
     assert!(
         logged(
             &topic,
-            &["partition blocked at a record whose attempts ran out"]
+            &["partition stopped at a record whose attempts ran out"]
         ),
         "the block is logged"
     );
@@ -1108,7 +1108,10 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
         "the guard says so in the log"
     );
     assert!(
-        logged(&topic, &["storm_guard=true", "partition blocked"]),
+        logged(
+            &topic,
+            &["storm_guard=true", "partition stopped at a record"]
+        ),
         "the block names the storm guard"
     );
     run.stop().await;

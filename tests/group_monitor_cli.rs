@@ -42,32 +42,6 @@ use support::logs;
 /// `--request-timeout 2`).
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The `fresh-monitor` binary, if it was built.
-fn binary() -> Option<PathBuf> {
-    if let Some(path) = option_env!("CARGO_BIN_EXE_fresh-monitor") {
-        return Some(PathBuf::from(path));
-    }
-    // target/<profile>/deps/<this test> -> target/<profile>/fresh-monitor
-    let exe = std::env::current_exe().ok()?;
-    let path = exe
-        .parent()?
-        .parent()?
-        .join(format!("fresh-monitor{}", std::env::consts::EXE_SUFFIX));
-    path.is_file().then_some(path)
-}
-
-/// The binary, or `None` after saying why the test skips (a failure under
-/// `CI=true`).
-fn binary_or_skip() -> Option<PathBuf> {
-    let found = binary();
-    if found.is_none() {
-        let why = "fresh-monitor is not built: run `cargo build --features cli --bin fresh-monitor` first";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
-}
-
 /// What a run of the tool left behind.
 #[derive(Debug)]
 struct Run {
@@ -115,10 +89,9 @@ async fn run_at(bin: &PathBuf, args: &[&str]) -> Run {
     run
 }
 
-/// Runs the tool with `args`; `None` when it is not built (skipped).
-async fn run(args: &[&str]) -> Option<Run> {
-    let bin = binary_or_skip()?;
-    Some(run_at(&bin, args).await)
+/// Runs the tool with `args`.
+async fn run(args: &[&str]) -> Run {
+    run_at(&support::monitor_binary(), args).await
 }
 
 /// A topic of 2 partitions with records, a group that committed 1 of the 3
@@ -160,7 +133,7 @@ fn base<'a>(cluster: &'a TestCluster, group: &'a str, topic: &'a str) -> Vec<&'a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_as_a_table_and_as_json() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, topic, group) = setup("cli-report").await;
 
     let table = run_at(&bin, &base(&cluster, &group, &topic)).await;
@@ -209,7 +182,7 @@ async fn the_report_as_a_table_and_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_group_exits_4() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, topic, _) = setup("cli-group").await;
     let unknown = unique("never-committed");
     let r = run_at(&bin, &base(&cluster, &unknown, &topic)).await;
@@ -233,9 +206,7 @@ async fn an_unknown_group_exits_4() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
     logs::init();
-    let Some(r) = run(&["--demo"]).await else {
-        return;
-    };
+    let r = run(&["--demo"]).await;
     assert_eq!(r.code, 0, "{r:#?}");
     assert!(!r.stderr.contains("error:"), "{r:#?}");
     assert!(
@@ -251,7 +222,7 @@ async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
     assert!(row.ends_with("time_lag_unknown"), "{row}");
     assert!(row.contains(" missing "), "{row}");
 
-    let r = run(&["--demo", "--json"]).await.unwrap();
+    let r = run(&["--demo", "--json"]).await;
     assert_eq!(r.code, 0, "{r:#?}");
     let json = r.json();
     let p2 = &json["groups"][0]["partitions"][2];
@@ -267,7 +238,7 @@ async fn the_demo_ends_cleanly_and_shows_the_unknown_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovered_groups_are_reported() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, topic, group) = setup("cli-disc").await;
     let pattern = format!("^{group}$");
     let args = [
@@ -315,7 +286,7 @@ async fn discovered_groups_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_topic_exits_3() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, _, group) = setup("cli-topic").await;
     let missing = unique("no-such-topic");
     let r = run_at(&bin, &base(&cluster, &group, &missing)).await;
@@ -339,7 +310,7 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
         .expect("a free port")
         .port();
     let bootstrap = format!("127.0.0.1:{port}");
-    let Some(r) = run(&[
+    let r = run(&[
         "--bootstrap",
         &bootstrap,
         "--group",
@@ -349,10 +320,7 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
         "--request-timeout",
         "2",
     ])
-    .await
-    else {
-        return;
-    };
+    .await;
     assert_eq!(r.code, 2, "{r:#?}");
     assert!(
         r.stderr
@@ -367,7 +335,7 @@ async fn an_unreachable_broker_exits_2_within_the_request_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_configuration_exits_1() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let common = ["--bootstrap", "127.0.0.1:1", "--group", "g", "--topic", "t"];
     let cases: &[(&[&str], &str)] = &[
         (
@@ -414,9 +382,7 @@ async fn malformed_configuration_exits_1() {
 /// means), and the exit codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn help_lists_every_flag_with_its_default() {
-    let Some(r) = run(&["--help"]).await else {
-        return;
-    };
+    let r = run(&["--help"]).await;
     assert_eq!(r.code, 0, "{r:#?}");
     let help = &r.stdout;
     for (flag, default) in [

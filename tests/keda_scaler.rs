@@ -351,26 +351,6 @@ async fn a_live_monitor_streams_is_active_and_holds_a_dead_group() {
     stop.cancel();
 }
 
-/// The `fresh-monitor` binary, if built (see `tests/group_monitor_cli.rs`).
-fn binary_or_skip() -> Option<std::path::PathBuf> {
-    let found = option_env!("CARGO_BIN_EXE_fresh-monitor")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            let path = exe
-                .parent()?
-                .parent()?
-                .join(format!("fresh-monitor{}", std::env::consts::EXE_SUFFIX));
-            path.is_file().then_some(path)
-        });
-    if found.is_none() {
-        let why = "fresh-monitor is not built: run `cargo build --features cli --bin fresh-monitor` first";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
-}
-
 /// `fresh-monitor --keda-grpc ADDR` as a process: it answers KEDA's calls
 /// for the watched group, an error for another, and on SIGTERM it ends the
 /// open `StreamIsActive` stream and exits 0. A scale-down point at or above
@@ -378,7 +358,7 @@ fn binary_or_skip() -> Option<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_serves_the_scaler_and_stops_on_sigterm() {
     support::logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, topic, group) = TestCluster::with_topic("keda-bin", 2).await;
     cluster.produce_many(&topic, 2, 10).await;
     for p in 0..2 {

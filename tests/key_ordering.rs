@@ -471,7 +471,9 @@ async fn a_failing_key_holds_the_commit_but_not_the_other_keys() {
         let s = health.snapshot();
         s.partition(&topic, 0).and_then(|p| {
             p.reasons.iter().find_map(|r| match r {
-                HealthReason::BlockedByFailingRecord { duration } => Some(s.taken_at - *duration),
+                HealthReason::BlockedByFailingRecord { duration, .. } => {
+                    Some(s.taken_at - *duration)
+                }
                 _ => None,
             })
         })

@@ -20,26 +20,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The `fresh-monitor` binary, if built (see `tests/group_monitor_cli.rs`).
-fn binary_or_skip() -> Option<PathBuf> {
-    let found = option_env!("CARGO_BIN_EXE_fresh-monitor")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            let path = exe
-                .parent()?
-                .parent()?
-                .join(format!("fresh-monitor{}", std::env::consts::EXE_SUFFIX));
-            path.is_file().then_some(path)
-        });
-    if found.is_none() {
-        let why = "fresh-monitor is not built: run `cargo build --features cli --bin fresh-monitor` first";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
-    }
-    found
-}
-
 /// A free loopback port (bound, then released).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -122,7 +102,7 @@ fn samples(body: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scrape_endpoint_serves_the_rules_names() {
     logs::init();
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let (cluster, topic, group) = TestCluster::with_topic("mon-prom", 2).await;
     let old = now_ms() - 120_000;
     for p in 0..2 {
@@ -296,7 +276,7 @@ fn unsafe_kill(pid: i32) {
 /// address, before any broker is contacted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_port_in_use_exits_1() {
-    let Some(bin) = binary_or_skip() else { return };
+    let bin = support::monitor_binary();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = tokio::time::timeout(

@@ -19,36 +19,9 @@ use support::kafka::{TestCluster, unique};
 /// waits out its 10 s metadata timeout).
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// The example binary, built on first use with the cargo that runs the
-/// tests (same target directory and profile).
-fn quickstart_binary() -> &'static PathBuf {
+fn quickstart_binary() -> &'static std::path::Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let mut build = std::process::Command::new(env!("CARGO"));
-        build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "--example", "quickstart", "--message-format=json"])
-            .stderr(Stdio::inherit());
-        let exe = std::env::current_exe().expect("test binary");
-        if exe.components().any(|c| c.as_os_str() == "release") {
-            build.arg("--release");
-        }
-        let out = build.output().expect("cargo build --example quickstart");
-        assert!(
-            out.status.success(),
-            "cargo build --example quickstart failed"
-        );
-        // The example's artifact is the one line of kind "example" with an
-        // executable.
-        let stdout = String::from_utf8(out.stdout).expect("cargo's JSON is UTF-8");
-        let line = stdout
-            .lines()
-            .find(|l| l.contains(r#""kind":["example"]"#) && l.contains(r#""executable":""#))
-            .expect("cargo reported the example's executable");
-        let start = line.find(r#""executable":""#).unwrap() + r#""executable":""#.len();
-        let end = start + line[start..].find('"').unwrap();
-        PathBuf::from(&line[start..end])
-    })
+    BINARY.get_or_init(|| support::example_binary("quickstart"))
 }
 
 /// Runs the example with `args` (no OTLP export, no log filter from the

@@ -64,26 +64,6 @@ pub fn chain(error: &(impl Error + ?Sized)) -> String {
     message
 }
 
-/// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM (what Kubernetes and
-/// systemd send to stop a service).
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
+/// Resolves on SIGTERM or SIGINT (Ctrl-C): the library's own, which
+/// `FreshConsumer::run` uses too.
+pub use fresh_consumer::shutdown_signal;

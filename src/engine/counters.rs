@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::summary::{RunSummary, TopicPartition};
+use crate::summary::{BlockedRecord, RunSummary, TopicPartition};
 
 /// Run counters, for the summary (and the storm guard's window).
 #[derive(Default)]
@@ -27,6 +27,10 @@ pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
     pub(crate) rebalances: AtomicU64,
+    /// Records that stopped their partition, once each.
+    pub(crate) blocked_records: AtomicU64,
+    /// The partitions stopped at a record now (or when last seen).
+    blocked: Mutex<BTreeMap<TopicPartition, BlockedRecord>>,
     /// The last offset committed per partition.
     committed: Mutex<BTreeMap<TopicPartition, i64>>,
 }
@@ -54,6 +58,34 @@ impl Counters {
             self.succeeded.load(Ordering::Relaxed),
             self.records_failed.load(Ordering::Relaxed),
         )
+    }
+
+    /// `record` stopped `topic`/`partition`.
+    pub(crate) fn blocked(&self, topic: &str, partition: i32, record: BlockedRecord) {
+        self.blocked_records.fetch_add(1, Ordering::Relaxed);
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                TopicPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                },
+                record,
+            );
+    }
+
+    /// The record that stopped `topic`/`partition` at `offset` moved on
+    /// (handled, parked or skipped).
+    pub(crate) fn unblocked(&self, topic: &str, partition: i32, offset: i64) {
+        let mut blocked = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        let key = TopicPartition {
+            topic: topic.to_owned(),
+            partition,
+        };
+        if blocked.get(&key).is_some_and(|r| r.offset == offset) {
+            blocked.remove(&key);
+        }
     }
 
     /// Records a successful commit of `offset`.
@@ -88,6 +120,12 @@ impl Counters {
             rebalances: self.rebalances.load(Ordering::Relaxed),
             committed: self
                 .committed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            records_blocked: self.blocked_records.load(Ordering::Relaxed),
+            blocked: self
+                .blocked
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),

@@ -92,11 +92,14 @@ impl PartitionView for PartitionState {
         self.due_delay
     }
 
-    fn blocked_since_ms(&self) -> Option<i64> {
-        match self.blocked_since.load(Ordering::Acquire) {
-            0 => None,
-            ms => Some(ms as i64),
+    fn blocked(&self) -> Option<crate::summary::BlockedRecord> {
+        if self.blocked_since.load(Ordering::Acquire) == 0 {
+            return None;
         }
+        self.blocked_record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

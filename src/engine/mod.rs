@@ -83,15 +83,19 @@ fn thread_error(e: std::io::Error) -> RunError {
 }
 
 /// Runs a consumer built from `settings` until `signal` resolves, then shuts
-/// it down (see [`FreshConsumer::run_until`](crate::FreshConsumer::run_until)).
-pub(crate) async fn run<H, S>(
+/// it down (see [`FreshConsumer::run_until`](crate::FreshConsumer::run_until));
+/// `interrupt` resolving during that shutdown ends the run at once
+/// ([`RunError::Interrupted`]).
+pub(crate) async fn run<H, S, I>(
     handler: H,
     settings: Settings,
     signal: S,
+    interrupt: I,
 ) -> Result<RunSummary, RunError>
 where
     H: Handler,
     S: Future<Output = ()>,
+    I: Future<Output = ()>,
 {
     let validated = settings.validate()?;
     let runtime = Handle::try_current().map_err(|_| RunError::NoRuntime)?;
@@ -335,8 +339,21 @@ where
     let (stopped_by, summary) = tokio::select! {
         r = &mut task => r,
         () = &mut signal => {
+            tracing::warn!(
+                timeout = ?shutdown_timeout,
+                "shutting down: running handlers finish, completed work is committed"
+            );
             engine.shutdown.cancel();
-            (&mut task).await
+            tokio::select! {
+                r = &mut task => r,
+                () = interrupt => {
+                    tracing::error!(
+                        "interrupted during shutdown: the run ends without waiting for \
+                         handlers or the final commit; uncommitted records are redelivered"
+                    );
+                    return Err(RunError::Interrupted);
+                }
+            }
         }
     }
     .map_err(|e| RunError::Fatal(KafkaError::Canceled).with_join(e))?;

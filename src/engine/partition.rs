@@ -60,6 +60,9 @@ pub(crate) struct PartitionState {
     /// parked yet (block policy, or a dead-letter write that keeps failing);
     /// 0 when not blocked.
     pub(crate) blocked_since: AtomicU64,
+    /// The record that blocks the partition (set with `blocked_since`),
+    /// for the health report.
+    pub(crate) blocked_record: Mutex<Option<crate::summary::BlockedRecord>>,
     pub(crate) metrics: PartitionInstruments,
     /// Records waiting in the partition's own librdkafka queue (split
     /// queues only), as the worker last saw it: the partition's position is

@@ -641,7 +641,7 @@ mod tests {
         fn committed(&self) -> Option<i64> {
             Some(10)
         }
-        fn blocked_since_ms(&self) -> Option<i64> {
+        fn blocked(&self) -> Option<crate::summary::BlockedRecord> {
             None
         }
         fn is_assigned(&self) -> bool {

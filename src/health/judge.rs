@@ -338,7 +338,7 @@ pub(crate) struct Evaluated {
     pub(crate) head_age: Duration,
     since_success: Option<Duration>,
     no_success_for: Duration,
-    blocked_for: Option<Duration>,
+    blocked: Option<(Duration, crate::summary::BlockedRecord)>,
     anomaly: Option<OffsetAnomaly>,
     statistics_age: Option<Duration>,
 }
@@ -420,9 +420,12 @@ pub(crate) fn evaluate_one(
         ),
         None => Duration::ZERO,
     };
-    let blocked_for = view
-        .blocked_since_ms()
-        .map(|ms| Duration::from_millis((unix_ms(wall) - ms).max(0).unsigned_abs()));
+    let blocked = view.blocked().map(|record| {
+        (
+            wall.duration_since(record.since).unwrap_or_default(),
+            record,
+        )
+    });
     let anomaly = h.anomaly();
     let mut e = Evaluated {
         status: judged.status,
@@ -434,7 +437,7 @@ pub(crate) fn evaluate_one(
         head_age,
         since_success: last_success.map(|at| now.saturating_duration_since(at)),
         no_success_for,
-        blocked_for,
+        blocked,
         anomaly,
         statistics_age,
         reasons: Vec::new(),
@@ -532,8 +535,13 @@ impl Evaluated {
                 duration: self.no_success_for,
             });
         }
-        if let Some(duration) = self.blocked_for {
-            out.push(HealthReason::BlockedByFailingRecord { duration });
+        if let Some((duration, record)) = &self.blocked {
+            out.push(HealthReason::BlockedByFailingRecord {
+                duration: *duration,
+                offset: record.offset,
+                attempts: record.attempts,
+                error: record.error.clone(),
+            });
         }
         if self.view.paused_by_application() {
             out.push(HealthReason::PausedByApplication);

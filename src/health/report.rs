@@ -123,9 +123,17 @@ pub enum HealthReason {
     /// A failing record blocks the partition (the block policy). Degraded;
     /// once the commit has been frozen for `stall_after` the partition is
     /// also [`HealthReason::Stalled`](crate::health::HealthReason::Stalled).
+    #[non_exhaustive]
     BlockedByFailingRecord {
         /// Since the partition became blocked.
         duration: Duration,
+        /// The blocking record's offset: nothing at or after it is
+        /// committed until it moves on.
+        offset: i64,
+        /// Handler attempts made before the partition stopped.
+        attempts: u32,
+        /// The last error, with its sources (`outer: inner`).
+        error: String,
     },
     /// The application paused the partition (or its topic) through a
     /// [`ControlHandle`](crate::ControlHandle): its records wait on purpose,
@@ -308,8 +316,17 @@ impl fmt::Display for HealthReason {
                 "no successful record for {} while records wait",
                 Secs(*duration)
             ),
-            BlockedByFailingRecord { duration } => {
-                write!(f, "blocked by a failing record for {}", Secs(*duration))
+            BlockedByFailingRecord {
+                duration,
+                offset,
+                attempts,
+                error,
+            } => {
+                write!(
+                    f,
+                    "stopped at offset {offset} by a record that failed {attempts} attempts, for {}: {error}",
+                    Secs(*duration)
+                )
             }
             PausedByApplication => f.write_str("paused by the application"),
             LagGrowing { from, to, over } => write!(
@@ -559,7 +576,13 @@ mod tests {
         let d = Duration::from_secs(1);
         assert_eq!(Stalled { duration: d }.severity(), HealthStatus::Unhealthy);
         assert_eq!(
-            BlockedByFailingRecord { duration: d }.severity(),
+            BlockedByFailingRecord {
+                duration: d,
+                offset: 7,
+                attempts: 3,
+                error: "permanent: bad json".to_owned(),
+            }
+            .severity(),
             HealthStatus::Degraded
         );
         let overrun = |policy| RetentionOverrun {

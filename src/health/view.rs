@@ -40,9 +40,9 @@ pub(crate) trait PartitionView: Send + Sync {
     fn progress(&self) -> Progress;
     /// The offset this member last committed for the partition, if any.
     fn committed(&self) -> Option<i64>;
-    /// Since when (milliseconds since the Unix epoch) a record whose
-    /// attempts ran out blocks the partition, if one does.
-    fn blocked_since_ms(&self) -> Option<i64>;
+    /// The record whose attempts ran out and that blocks the partition,
+    /// if one does (with since when).
+    fn blocked(&self) -> Option<crate::summary::BlockedRecord>;
 
     /// Whether the partition is still assigned to this member (`false`
     /// once revoked, lost or closed).

@@ -32,6 +32,7 @@ pub(crate) struct Instruments {
     pub(super) skipped: Counter<u64>,
     pub(super) stale: Counter<u64>,
     pub(super) blocked: Gauge<u64>,
+    pub(super) blocked_records: Counter<u64>,
     pub(super) sent: Counter<u64>,
     pub(super) transactions: Counter<u64>,
     pub(super) transaction_duration: Histogram<f64>,
@@ -186,6 +187,11 @@ impl Instruments {
                     "1 while the partition is blocked by a record whose attempts ran out, else 0.",
                 )
                 .build(),
+            blocked_records: counter(
+                BLOCKED_MESSAGES,
+                "{message}",
+                "Records that stopped their partition: attempts ran out (or a permanent error) under the block policy, or their dead-letter write failed.",
+            ),
             transactions: counter(
                 TRANSACTIONS,
                 "{transaction}",

@@ -222,6 +222,23 @@ pub const STALE_MESSAGES: &str = "fresh_consumer.stale.messages";
 /// | counter (u64) | `{message}` | partition attributes |
 pub const TRACE_CONTEXT_MALFORMED: &str = "fresh_consumer.trace_context.malformed.messages";
 
+/// Records that stopped their partition: their attempts ran out (or the
+/// handler returned a [`permanent`](crate::permanent) error) under
+/// [`OnExhausted::Block`](crate::OnExhausted::Block) (the default) or the
+/// storm guard, or their dead-letter or retry-tier write failed. Counted
+/// once per record, when its partition stops at it; nothing after it is
+/// committed until it moves on ([`PARTITION_BLOCKED`] is 1 meanwhile). Alert
+/// on any increase: each is a partition that no longer advances by itself.
+///
+/// | instrument | unit | attributes |
+/// |---|---|---|
+/// | counter (u64) | `{message}` | partition attributes |
+///
+/// Also in [`RunSummary::records_blocked`](crate::RunSummary::records_blocked),
+/// and the record itself in [`RunSummary::blocked`](crate::RunSummary::blocked)
+/// and the health report.
+pub const BLOCKED_MESSAGES: &str = "fresh_consumer.blocked.messages";
+
 /// 1 while the partition is blocked by a record whose attempts ran out and
 /// that is neither handled nor parked (block policy, storm guard, or a
 /// failing dead-letter write); 0 once it moves on.

@@ -362,6 +362,11 @@ impl PartitionInstruments {
         }
     }
 
+    /// A record stopped the partition (once per record).
+    pub(crate) fn record_blocked(&self) {
+        self.i.blocked_records.add(1, &self.base);
+    }
+
     /// The partition became blocked (`true`) or moved on (`false`).
     pub(crate) fn blocked(&self, blocked: bool) {
         self.i.blocked.record(u64::from(blocked), &self.base);

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use fresh_consumer::{FreshConsumer, Handler};
+use fresh_consumer::{FreshConsumer, Handler, Record};
 
 use super::kafka::{TestCluster, fast};
 use super::wait::wait_until;
@@ -105,6 +105,62 @@ pub async fn stdin_closed() {
     .await;
 }
 
+/// In the child: a handler that waits `delay`, then appends a
+/// `partition offset` line to the file `out` and succeeds (one write per
+/// line: a kill never leaves half a line behind a record that was not
+/// reported done). Read the lines back with [`handled_lines`].
+pub fn line_writer(
+    out: &str,
+    delay: Duration,
+) -> impl Fn(Record) -> std::pin::Pin<Box<dyn Future<Output = Result<(), std::io::Error>> + Send>>
++ Send
++ Sync
++ 'static {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .expect("output file");
+    let file = Arc::new(Mutex::new(file));
+    move |r: Record| {
+        let file = Arc::clone(&file);
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let line = format!("{} {}\n", r.partition(), r.offset());
+            let mut f = file.lock().unwrap();
+            f.write_all(line.as_bytes())?;
+            f.flush()?;
+            Ok(())
+        })
+    }
+}
+
+/// Every complete `partition offset` line of the file `out` (written by
+/// [`line_writer`]), in file order; empty when there is no file yet.
+pub fn handled_lines(out: &Path) -> Vec<(i32, i64)> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    complete
+        .lines()
+        .map(|l| {
+            let mut it = l.split(' ');
+            let p = it.next().and_then(|s| s.parse().ok());
+            let o = it.next().and_then(|s| s.parse().ok());
+            match (p, o) {
+                (Some(p), Some(o)) => (p, o),
+                _ => panic!("{}: malformed line {l:?}", out.display()),
+            }
+        })
+        .collect()
+}
+
 /// A child process, killed when dropped; the tail of its log is printed
 /// when the test fails.
 pub struct ChildProcess {
@@ -161,6 +217,41 @@ impl ChildProcess {
         )
         .await;
         self.child.wait().expect("child status")
+    }
+
+    /// Sends the child SIGTERM (what Kubernetes sends a pod to stop it).
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) with a live child's pid (not yet reaped: `Drop`
+        // and `wait_exit` reap it) and a valid signal number.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(
+            rc,
+            0,
+            "SIGTERM {}: {}",
+            self.name,
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits up to `timeout` for the child to exit; its status, or `None`
+    /// while it still runs at the deadline.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Whether the child still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
     }
 
     /// Everything the child wrote to stdout and stderr so far.

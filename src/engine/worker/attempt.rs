@@ -319,7 +319,7 @@ impl<H: Handler> Worker<H> {
             let took = ended.saturating_duration_since(started);
             let (kind, error) = match outcome {
                 Attempt::Succeeded => {
-                    blocked.unblock();
+                    blocked.unblock(offset);
                     if self.state.revoked.load(Ordering::Acquire) {
                         // The partition moved on while the handler ran: the
                         // record will be redelivered to its new owner.
@@ -417,7 +417,7 @@ impl<H: Handler> Worker<H> {
                         error = %error,
                         "record given up after its last attempt and committed past (skip policy): it is lost to this consumer group"
                     );
-                    blocked.unblock();
+                    blocked.unblock(offset);
                     self.state.metrics.skipped();
                     self.engine.counters.skipped.fetch_add(1, Ordering::Relaxed);
                     self.complete(offset);
@@ -463,19 +463,36 @@ impl<H: Handler> Worker<H> {
                         .await;
                 }
                 Decision::Block { storm } => {
-                    blocked.block();
                     let delay = retry.max_backoff;
-                    tracing::error!(
-                        topic = %self.state.topic,
-                        partition = self.state.partition,
-                        offset,
-                        attempts = attempt,
-                        error.type = error_type,
-                        error = %error,
-                        storm_guard = storm,
-                        retry_in = ?delay,
-                        "partition blocked at a record whose attempts ran out; retrying at the capped backoff"
-                    );
+                    if blocked.block(offset, attempt, &failure.error_message) {
+                        tracing::error!(
+                            topic = %self.state.topic,
+                            partition = self.state.partition,
+                            offset,
+                            attempts = attempt,
+                            error.type = error_type,
+                            error = %error,
+                            storm_guard = storm,
+                            retry_in = ?delay,
+                            "partition stopped at a record whose attempts ran out: nothing after it is committed until it succeeds; retrying at the capped backoff"
+                        );
+                        crate::error::say_without_subscriber(|| {
+                            format!(
+                                "partition {}/{} stopped at offset {offset} after {attempt} attempts ({error_type}): {}; nothing after it is committed until it succeeds (retried every {delay:?}). Give failing records a dead-letter topic with .on_exhausted(OnExhausted::DeadLetter(DeadLetter::default())) sends them to <topic>.dlt",
+                                self.state.topic, self.state.partition, failure.error_message
+                            )
+                        });
+                    } else {
+                        tracing::warn!(
+                            topic = %self.state.topic,
+                            partition = self.state.partition,
+                            offset,
+                            error.type = error_type,
+                            error = %error,
+                            retry_in = ?delay,
+                            "partition still stopped: the blocking record failed again"
+                        );
+                    }
                     self.state.metrics.retry();
                     span.end(Outcome::Blocked);
                     if !self.sleep(delay).await {

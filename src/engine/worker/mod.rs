@@ -125,6 +125,7 @@ pub(crate) fn spawn<H: Handler, C: ConsumerContext + 'static>(
         wants_resume: AtomicBool::new(false),
         done: Mutex::new(Some(done_rx)),
         blocked_since: AtomicU64::new(0),
+        blocked_record: Mutex::new(None),
         waiting: AtomicU64::new(0),
         metrics,
         health: PartitionHealth::new(engine.health.origin()),

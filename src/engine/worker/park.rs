@@ -11,6 +11,7 @@ use crate::engine::shared::Ctrl;
 use crate::failure::dead_letter::{self, DeadLetterWriter, Destination, FailureInfo, Origin};
 use crate::handler::Handler;
 use crate::record::Record;
+use crate::summary::BlockedRecord;
 use crate::trace::{AttemptSpan, Outcome};
 
 use super::task::{Done, Worker};
@@ -24,34 +25,75 @@ pub(super) struct BlockGuard<'a, H> {
 }
 
 impl<H> BlockGuard<'_, H> {
-    pub(super) fn block(&mut self) {
+    /// The record at `offset` stops the partition (after `attempts`
+    /// handler attempts, with `error`). The first call for a record counts
+    /// it and says so at ERROR; `true` then, `false` when it was blocked
+    /// already (a capped-backoff retry that failed again).
+    pub(super) fn block(&mut self, offset: i64, attempts: u32, error: &str) -> bool {
         if std::mem::replace(&mut self.blocked, true) {
-            return;
+            return false;
         }
+        let since = SystemTime::now();
+        let record = BlockedRecord {
+            offset,
+            attempts,
+            error: error.to_owned(),
+            since,
+        };
+        let state = &self.worker.state;
         if self.worker.blocked.fetch_add(1, Ordering::AcqRel) == 0 {
-            let now = SystemTime::now()
+            let now = since
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(1)
                 .max(1);
-            let state = &self.worker.state;
             if state
                 .blocked_since
                 .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                *state
+                    .blocked_record
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
                 state.metrics.blocked(true);
             }
         }
+        state.metrics.record_blocked();
+        self.worker
+            .engine
+            .counters
+            .blocked(&state.topic, state.partition, record);
+        true
     }
 
-    pub(super) fn unblock(&mut self) {
+    /// The record moved on (handled, parked or skipped): the partition is
+    /// no longer stopped at it, and the run summary forgets it.
+    pub(super) fn unblock(&mut self, offset: i64) {
+        if self.blocked {
+            let state = &self.worker.state;
+            self.worker
+                .engine
+                .counters
+                .unblocked(&state.topic, state.partition, offset);
+        }
+        self.release();
+    }
+
+    /// Clears the partition's blocked state (gauge, health) without saying
+    /// the record moved on: the worker stops (a revoke or the shutdown)
+    /// with the record still blocking, so the run summary keeps it.
+    fn release(&mut self) {
         if !std::mem::replace(&mut self.blocked, false) {
             return;
         }
         if self.worker.blocked.fetch_sub(1, Ordering::AcqRel) == 1 {
             let state = &self.worker.state;
             if state.blocked_since.swap(0, Ordering::AcqRel) != 0 {
+                *state
+                    .blocked_record
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = None;
                 state.metrics.blocked(false);
             }
         }
@@ -60,7 +102,7 @@ impl<H> BlockGuard<'_, H> {
 
 impl<H> Drop for BlockGuard<'_, H> {
     fn drop(&mut self) {
-        self.unblock();
+        self.release();
     }
 }
 
@@ -145,7 +187,7 @@ impl<H: Handler> Worker<H> {
                         To::DeadLetter => self.state.metrics.dead_lettered(None),
                         To::Stale => self.state.metrics.stale(None),
                     }
-                    blocked.unblock();
+                    blocked.unblock(record.offset());
                     if self.state.revoked.load(Ordering::Acquire) {
                         // Written, but the partition moved on: its new owner
                         // will handle the record again (at-least-once).
@@ -196,13 +238,17 @@ impl<H: Handler> Worker<H> {
                         To::DeadLetter => self.state.metrics.dead_lettered(Some(name)),
                         To::Stale => self.state.metrics.stale(Some(name)),
                     }
-                    blocked.block();
                     let delay = self.engine.settings.retry.delay(write_attempt);
                     let what = match to {
                         To::Tier { .. } => "retry tier",
                         To::DeadLetter => "dead-letter topic",
                         To::Stale => "stale-record topic",
                     };
+                    blocked.block(
+                        record.offset(),
+                        out.failure.attempts,
+                        &format!("writing to the {what} {topic} failed: {e}"),
+                    );
                     tracing::error!(
                         topic = %self.state.topic,
                         partition = self.state.partition,

@@ -392,7 +392,7 @@ impl crate::health::view::PartitionView for TierView {
     fn committed(&self) -> Option<i64> {
         Some(self.committed.load(std::sync::atomic::Ordering::Relaxed))
     }
-    fn blocked_since_ms(&self) -> Option<i64> {
+    fn blocked(&self) -> Option<crate::summary::BlockedRecord> {
         None
     }
     fn is_assigned(&self) -> bool {
