@@ -58,10 +58,37 @@ pub struct FreshConsumer<H> {
 impl<H> FreshConsumer<H> {
     /// Starts building a consumer that runs `handler` for each record.
     ///
-    /// `handler` is an async function or closure taking a [`Record`](crate::Record)
-    /// and returning `Result<(), E>`, or any type implementing
-    /// [`Handler`](crate::Handler).
-    pub fn new(handler: H) -> Self {
+    /// `handler` must implement [`Handler`](crate::Handler): an async
+    /// function or closure taking an owned [`Record`](crate::Record) and
+    /// returning `Result<(), E>` with `E: Into<BoxError>` (any
+    /// [`std::error::Error`] that is `Send + Sync + 'static`; see
+    /// [`BoxError`](crate::BoxError)), whose future is `Send`; or your own
+    /// type implementing `Handler`.
+    ///
+    /// The bound is checked here, so a handler that does not fit is a
+    /// compile error at this argument, for example for a function that is
+    /// not `async`:
+    ///
+    /// ```text
+    /// error[E0277]: `fn(Record) -> Result<(), std::io::Error> {handle}` is not a fresh-consumer handler
+    ///    |
+    /// 11 |     let _ = FreshConsumer::new(handle)
+    ///    |                                ^^^^^^ not a handler
+    ///    |
+    ///    = note: expected an `async fn(Record) -> Result<(), E>` or a closure [...]
+    /// ```
+    ///
+    /// A `run`/`run_until` call on the consumer fails too ("the method `run`
+    /// exists [...] but its trait bounds were not satisfied"); its note
+    /// names the bound the handler misses, such as
+    /// `Result<(), std::io::Error>: Future` or `Rc<String>: Send`. A
+    /// function taking `&Record` (or any other argument type) is rustc's
+    /// own "type mismatch in function arguments" (E0631), at this argument
+    /// too.
+    pub fn new(handler: H) -> Self
+    where
+        H: Handler,
+    {
         FreshConsumer {
             handler,
             settings: Settings::default(),
@@ -581,7 +608,7 @@ impl<H> FreshConsumer<H> {
     }
 }
 
-impl<B: BatchHandler> FreshConsumer<Batched<B>> {
+impl<B> FreshConsumer<Batched<B>> {
     /// Starts building a consumer that runs `handler` once per **batch**:
     /// up to [`max_batch_records`](Self::max_batch_records) records of one
     /// partition in offset order (see [`Batch`](crate::Batch)), gathered
@@ -590,12 +617,17 @@ impl<B: BatchHandler> FreshConsumer<Batched<B>> {
     /// the batch's first record. Batches of different partitions run
     /// concurrently; each partition's one at a time.
     ///
-    /// `handler` is an async function or closure taking a
-    /// [`Batch`](crate::Batch) and returning `Result<(), E>` with
-    /// `E: Into<BatchError>`, or any type implementing
-    /// [`BatchHandler`](crate::BatchHandler). Every setter of
-    /// [`FreshConsumer::new`] applies; [`ProcessingOrder::Key`] cannot be
-    /// combined with batches (a [`ConfigError`] at `validate`/`run`).
+    /// `handler` must implement [`BatchHandler`](crate::BatchHandler): an
+    /// async function or closure taking an owned [`Batch`](crate::Batch)
+    /// and returning `Result<(), E>` with `E: Into<BatchError>` (any error
+    /// a per-record handler may return, or a [`BatchError`](crate::BatchError)
+    /// naming the record that failed), whose future is `Send`; or your own
+    /// type implementing `BatchHandler`. As with [`new`](Self::new), a handler
+    /// that does not fit is a compile error at this argument
+    /// (``error[E0277]: `...` is not a fresh-consumer batch handler``).
+    /// Every setter of [`FreshConsumer::new`] applies;
+    /// [`ProcessingOrder::Key`] cannot be combined with batches (a
+    /// [`ConfigError`] at `validate`/`run`).
     ///
     /// ```no_run
     /// use fresh_consumer::{Batch, BatchError, FreshConsumer};
@@ -617,7 +649,10 @@ impl<B: BatchHandler> FreshConsumer<Batched<B>> {
     ///     .await?;
     /// # Ok(()) }
     /// ```
-    pub fn batched(handler: B) -> Self {
+    pub fn batched(handler: B) -> Self
+    where
+        B: BatchHandler,
+    {
         let handler = Batched::new(handler);
         let mut consumer = FreshConsumer::new(handler);
         consumer.settings.batch = Some(BatchSettings {

@@ -166,6 +166,7 @@ pub fn fresh_consumer<H, I, S>(
     group: impl Into<String>,
 ) -> FreshConsumer<H>
 where
+    H: Handler,
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {

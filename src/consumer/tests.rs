@@ -2,8 +2,19 @@ use super::*;
 use crate::config::{is_secret_property, secret_fragments};
 use crate::health::{ConsumerState, HealthReason, HealthStatus};
 
-fn base() -> FreshConsumer<()> {
-    FreshConsumer::new(())
+/// A handler for the tests that only build and validate a consumer.
+struct Noop;
+
+impl Handler for Noop {
+    type Error = std::convert::Infallible;
+
+    async fn handle(&self, _record: crate::Record) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+fn base() -> FreshConsumer<Noop> {
+    FreshConsumer::new(Noop)
         .bootstrap_servers("localhost:9092")
         .group_id("g")
         .topics(["t"])
@@ -16,17 +27,17 @@ fn a_complete_config_validates() {
 
 #[test]
 fn missing_required_settings_are_typed_errors() {
-    let e = FreshConsumer::new(())
+    let e = FreshConsumer::new(Noop)
         .group_id("g")
         .topics(["t"])
         .validate();
     assert_eq!(e, Err(ConfigError::MissingBootstrapServers));
-    let e = FreshConsumer::new(())
+    let e = FreshConsumer::new(Noop)
         .bootstrap_servers("b:1")
         .topics(["t"])
         .validate();
     assert_eq!(e, Err(ConfigError::MissingGroupId));
-    let e = FreshConsumer::new(())
+    let e = FreshConsumer::new(Noop)
         .bootstrap_servers("b:1")
         .group_id("g")
         .validate();
@@ -271,7 +282,7 @@ fn secret_fragments_cover_values_and_their_parts() {
 #[test]
 fn properties_the_consumer_protocol_refuses_are_config_errors() {
     let kip848 = || {
-        FreshConsumer::new(())
+        FreshConsumer::new(Noop)
             .bootstrap_servers("b:1")
             .group_id("g")
             .topics(["t"])
@@ -300,7 +311,7 @@ fn properties_the_consumer_protocol_refuses_are_config_errors() {
         }
     }
     // The classic protocol takes them.
-    FreshConsumer::new(())
+    FreshConsumer::new(Noop)
         .bootstrap_servers("b:1")
         .group_id("g")
         .topics(["t"])
@@ -311,7 +322,7 @@ fn properties_the_consumer_protocol_refuses_are_config_errors() {
 
 #[test]
 fn lag_counts_to_the_last_stable_offset_unless_read_uncommitted() {
-    let read_committed = |c: FreshConsumer<()>| {
+    let read_committed = |c: FreshConsumer<Noop>| {
         c.bootstrap_servers("b:1")
             .group_id("g")
             .topics(["t"])
@@ -321,19 +332,19 @@ fn lag_counts_to_the_last_stable_offset_unless_read_uncommitted() {
             .health
             .read_committed
     };
-    assert!(read_committed(FreshConsumer::new(())));
+    assert!(read_committed(FreshConsumer::new(Noop)));
     assert!(read_committed(
-        FreshConsumer::new(()).set("isolation.level", "read_committed")
+        FreshConsumer::new(Noop).set("isolation.level", "read_committed")
     ));
     assert!(!read_committed(
-        FreshConsumer::new(()).set("isolation.level", "read_uncommitted")
+        FreshConsumer::new(Noop).set("isolation.level", "read_uncommitted")
     ));
 }
 
 #[test]
 fn options_are_validated() {
     let base = || {
-        FreshConsumer::new(())
+        FreshConsumer::new(Noop)
             .bootstrap_servers("b:1")
             .group_id("g")
             .topics(["t"])
@@ -379,7 +390,7 @@ fn options_are_validated() {
 
 #[test]
 fn a_handle_before_the_run_says_not_started() {
-    let c = FreshConsumer::new(()).group_id("g");
+    let c = FreshConsumer::new(Noop).group_id("g");
     let s = c.health_handle().snapshot();
     assert_eq!(s.state, ConsumerState::NotStarted);
     assert_eq!(s.status, HealthStatus::Degraded);

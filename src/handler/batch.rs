@@ -271,7 +271,8 @@ impl fmt::Display for BatchError {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a fresh-consumer batch handler",
     label = "not a batch handler",
-    note = "a batch handler is an async fn or closure taking an owned `Batch` and returning `Result<(), E>` with `E: Into<BatchError>`, or a type implementing `BatchHandler`"
+    note = "expected an `async fn(Batch) -> Result<(), E>` or a closure `|batch: Batch| async move {{ ... }}` returning `Result<(), E>`, where `E: Into<BatchError>` (`BatchError`, or any error a per-record handler may return), or a type implementing `BatchHandler`",
+    note = "the future it returns must be `Send`: it may not hold an `Rc`, a `RefCell` borrow or a `std::sync::MutexGuard` across an `.await`"
 )]
 pub trait BatchHandler: Send + Sync + 'static {
     /// The handler's error type.
@@ -282,6 +283,10 @@ pub trait BatchHandler: Send + Sync + 'static {
     fn handle(&self, batch: Batch) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
+// `do_not_recommend`: a function or closure that does not fit is reported
+// as `F: BatchHandler` with the message above, at the argument of
+// `FreshConsumer::batched` (as for `Handler`'s blanket impl).
+#[diagnostic::do_not_recommend]
 impl<F, Fut, E> BatchHandler for F
 where
     F: Fn(Batch) -> Fut + Send + Sync + 'static,
@@ -322,6 +327,10 @@ impl<B> fmt::Debug for Batched<B> {
     }
 }
 
+// `do_not_recommend`: rustc would otherwise offer this impl ("the trait
+// `Handler` is implemented for `Batched<B>`") under every handler that does
+// not fit `FreshConsumer::new`, where it is no help.
+#[diagnostic::do_not_recommend]
 impl<B: BatchHandler> Handler for Batched<B> {
     type Error = BoxError;
 

@@ -62,7 +62,8 @@ pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a fresh-consumer handler",
     label = "not a handler",
-    note = "a handler is an async fn or closure taking an owned `Record` and returning `Result<(), E>` with `E: Into<BoxError>`, or a type implementing `Handler`"
+    note = "expected an `async fn(Record) -> Result<(), E>` or a closure `|record: Record| async move {{ ... }}` returning `Result<(), E>`, where `E: Into<BoxError>` (any `std::error::Error + Send + Sync + 'static`, `String` or `&str`), or a type implementing `Handler`",
+    note = "the future it returns must be `Send`: it may not hold an `Rc`, a `RefCell` borrow or a `std::sync::MutexGuard` across an `.await`"
 )]
 pub trait Handler: Send + Sync + 'static {
     /// The handler's error type.
@@ -73,6 +74,17 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, record: Record) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
+// `do_not_recommend`: when a function or closure does not fit, rustc
+// reports `F: Handler` with the message above, at the argument of
+// `FreshConsumer::new`, instead of the first unmet bound of this impl
+// (`Result<..>` is not a future, `Box<dyn Error>: Into<BoxError>`, ...). A
+// future that is not `Send` is reported the same way, without the value
+// held across the `.await` (the second note says what to look for; the
+// error at a later `.run()` names the bound, `Rc<String>: Send`). An
+// argument of the wrong type is reported by rustc itself (E0631, "type
+// mismatch in function arguments"), which names `Handler` and suggests the
+// fix. tests/compile_fail.rs pins these errors.
+#[diagnostic::do_not_recommend]
 impl<F, Fut, E> Handler for F
 where
     F: Fn(Record) -> Fut + Send + Sync + 'static,

@@ -18,6 +18,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::{REQUEST_TIMEOUT, TestRecord, TestingError, wait_for};
 use crate::consumer::FreshConsumer;
 use crate::failure::dead_letter::DeadLetterRecord;
+use crate::handler::Handler;
 use crate::record::Record;
 
 /// The Kafka cluster of a test: librdkafka's mock broker running in this
@@ -361,6 +362,7 @@ impl TestKafka {
     /// with the settings of [`configure`](Self::configure).
     pub fn consumer<H, I, S>(&self, handler: H, group: &str, topics: I) -> FreshConsumer<H>
     where
+        H: Handler,
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
