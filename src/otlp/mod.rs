@@ -59,14 +59,14 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 mod accounting;
 mod build;
 mod env;
-mod flush;
 
 pub use build::{
     BuildError, DEFAULT_EXPONENTIAL_MAX_SCALE, DEFAULT_EXPONENTIAL_MAX_SIZE,
     exponential_histogram_view, install, set_global,
 };
 pub use env::{EnvError, OtlpConfig, OtlpProtocol};
-pub use flush::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
+// In `crate::metrics`: they work on any provider, whatever its exporter.
+pub use crate::metrics::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
 
 /// Any error of this module, for `?` in code that calls several of its
 /// operations (each operation returns its own error type: [`EnvError`],
