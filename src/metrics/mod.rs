@@ -14,7 +14,8 @@
 //! [`flush`] and [`shutdown`] (and their blocking forms) flush and shut
 //! down an [`SdkMeterProvider`](opentelemetry_sdk::metrics::SdkMeterProvider)
 //! safely from any runtime, bounded by a timeout, whatever its exporter:
-//! your own, or the one the `otlp` module builds, which re-exports them.
+//! your own, or the one the `otlp` module (feature `otlp`) builds, which
+//! re-exports them.
 //!
 //! Inside the crate, `instruments.rs` builds every instrument once (and
 //! each partition's attribute set once per assignment), `flush.rs`

@@ -1,5 +1,11 @@
 //! Opt-in export of the consumer's metrics over OTLP (gRPC or HTTP/protobuf).
 //!
+//! Needs the `otlp` feature (on by default). Without it (`default-features
+//! = false`), `opentelemetry-otlp` and its gRPC and HTTP stacks are not
+//! built: hand the consumer a meter provider of your own
+//! ([`FreshConsumer::meter_provider`](crate::FreshConsumer::meter_provider));
+//! the flush and shutdown helpers are in [`crate::metrics`] either way.
+//!
 //! The library itself only records metrics through the [`opentelemetry`] API;
 //! where they go is the application's choice. This module is a small helper
 //! for the common case "send them to an OpenTelemetry collector":
