@@ -92,7 +92,7 @@ fn in_memory() -> (SdkMeterProvider, InMemoryMetricExporter) {
 
 /// (min, max, count) of the event ages `exporter` holds.
 async fn ages(provider: &SdkMeterProvider, exporter: &InMemoryMetricExporter) -> (f64, f64, u64) {
-    fresh_consumer::otlp::flush(provider, Duration::from_secs(10))
+    fresh_consumer::metrics::flush(provider, Duration::from_secs(10))
         .await
         .expect("flush");
     let exports = exporter.get_finished_metrics().expect("exported");

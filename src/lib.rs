@@ -63,7 +63,8 @@
 //!   status rules, the gauges; it reads the engine only through traits it
 //!   defines.
 //! - [`metrics`]: the metric and attribute names, the instruments, the
-//!   shutdown flush; [`otlp`]: the opt-in exporter helper.
+//!   shutdown flush; `otlp`: the opt-in exporter helper (feature `otlp`, on
+//!   by default).
 //! - [`monitor`]: the group monitor, which watches groups from outside
 //!   (committed offsets, watermarks, the record at the committed offset):
 //!   `reader.rs` the reads, `judge.rs` statuses and diagnosis, `report.rs`,
@@ -113,6 +114,7 @@ pub mod health;
 pub mod metrics;
 pub mod monitor;
 mod ordering;
+#[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod output;
 mod record;
@@ -161,7 +163,8 @@ pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{RunSummary, TopicPartition};
 pub use trace::ProducerContext;
 
-/// The README's Rust examples, compiled as doctests.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled as doctests (they use the `otlp`
+/// module).
+#[cfg(all(doctest, feature = "otlp"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

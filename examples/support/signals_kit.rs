@@ -539,7 +539,7 @@ impl Metrics {
 
     /// Exports what was recorded so far.
     pub async fn flush(&self) {
-        let _ = fresh_consumer::otlp::flush(&self.provider, Duration::from_secs(10)).await;
+        let _ = fresh_consumer::metrics::flush(&self.provider, Duration::from_secs(10)).await;
     }
 
     fn read<R: Default>(&self, name: &str, read: impl FnOnce(&Metric) -> R) -> R {

@@ -11,16 +11,25 @@
 //! [`MESSAGING_DESTINATION_PARTITION_ID`] (partition number as a string),
 //! [`MESSAGING_CONSUMER_GROUP_NAME`] (`group.id`).
 //!
+//! [`flush`] and [`shutdown`] (and their blocking forms) flush and shut
+//! down an [`SdkMeterProvider`](opentelemetry_sdk::metrics::SdkMeterProvider)
+//! safely from any runtime, bounded by a timeout, whatever its exporter:
+//! your own, or the one the `otlp` module (feature `otlp`) builds, which
+//! re-exports them.
+//!
 //! Inside the crate, `instruments.rs` builds every instrument once (and
-//! each partition's attribute set once per assignment), and `flush.rs`
-//! flushes the user's meter provider at shutdown.
+//! each partition's attribute set once per assignment), `flush.rs`
+//! flushes the user's meter provider at shutdown, and `provider.rs` holds
+//! the public flush and shutdown.
 
 pub(crate) mod flush;
 pub(crate) mod instruments;
 mod names;
 pub(crate) mod partition;
+mod provider;
 
 pub use names::*;
+pub use provider::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
 
 /// The library's instrumentation scope (`fresh-consumer`, its version):
 /// the meter and tracer every instrument and span of the library is made

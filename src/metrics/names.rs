@@ -297,7 +297,7 @@ pub const TRANSACTION_DURATION: &str = "fresh_consumer.transaction.duration";
 
 /// Metric data points whose OTLP export finished, exported or failed
 /// (OpenTelemetry's SDK metric `otel.sdk.exporter.metric_data_point.exported`),
-/// counted by the exporter that [`OtlpConfig::build`](crate::otlp::OtlpConfig::build)
+/// counted by the exporter that `otlp::OtlpConfig::build` (feature `otlp`)
 /// makes: a collector outage shows, once the collector is back, as data
 /// points with [`ERROR_TYPE`].
 ///

@@ -300,7 +300,7 @@ pub fn set_global(provider: &SdkMeterProvider) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::otlp::flush::shutdown_blocking;
+    use crate::metrics::shutdown_blocking;
     use std::time::Duration;
 
     #[test]

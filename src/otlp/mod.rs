@@ -1,5 +1,11 @@
 //! Opt-in export of the consumer's metrics over OTLP (gRPC or HTTP/protobuf).
 //!
+//! Needs the `otlp` feature (on by default). Without it (`default-features
+//! = false`), `opentelemetry-otlp` and its gRPC and HTTP stacks are not
+//! built: hand the consumer a meter provider of your own
+//! ([`FreshConsumer::meter_provider`](crate::FreshConsumer::meter_provider));
+//! the flush and shutdown helpers are in [`crate::metrics`] either way.
+//!
 //! The library itself only records metrics through the [`opentelemetry`] API;
 //! where they go is the application's choice. This module is a small helper
 //! for the common case "send them to an OpenTelemetry collector":
@@ -59,14 +65,14 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 mod accounting;
 mod build;
 mod env;
-mod flush;
 
 pub use build::{
     BuildError, DEFAULT_EXPONENTIAL_MAX_SCALE, DEFAULT_EXPONENTIAL_MAX_SIZE,
     exponential_histogram_view, install, set_global,
 };
 pub use env::{EnvError, OtlpConfig, OtlpProtocol};
-pub use flush::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
+// In `crate::metrics`: they work on any provider, whatever its exporter.
+pub use crate::metrics::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
 
 /// Any error of this module, for `?` in code that calls several of its
 /// operations (each operation returns its own error type: [`EnvError`],

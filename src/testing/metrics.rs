@@ -134,7 +134,7 @@ impl TestMetrics {
     /// # Errors
     /// [`TestingError::Metrics`] when the export fails or times out.
     pub async fn flush(&self) -> Result<(), TestingError> {
-        crate::otlp::flush(&self.provider, Duration::from_secs(10))
+        crate::metrics::flush(&self.provider, Duration::from_secs(10))
             .await
             .map_err(TestingError::Metrics)
     }
@@ -144,7 +144,7 @@ impl TestMetrics {
     /// # Errors
     /// [`TestingError::Metrics`] when it fails or times out.
     pub async fn shutdown(&self) -> Result<(), TestingError> {
-        crate::otlp::shutdown(&self.provider, Duration::from_secs(10))
+        crate::metrics::shutdown(&self.provider, Duration::from_secs(10))
             .await
             .map_err(TestingError::Metrics)
     }

@@ -160,7 +160,7 @@ pub enum TestingError {
     },
     /// Exporting the metrics recorded so far failed.
     #[error("metrics flush failed")]
-    Metrics(#[source] crate::otlp::FlushError),
+    Metrics(#[source] crate::metrics::FlushError),
     /// The consumer's run returned an error.
     #[error("the consumer's run failed")]
     Run(#[source] crate::error::RunError),

@@ -1,5 +1,7 @@
 //! Flushing and shutting down a meter provider off the calling thread,
-//! bounded by a timeout, from async or synchronous code.
+//! bounded by a timeout, from async or synchronous code: for any
+//! [`SdkMeterProvider`], whatever its exporter (also re-exported by the
+//! `otlp` module, which builds one with an OTLP exporter).
 
 use std::sync::mpsc;
 use std::thread;
@@ -61,7 +63,7 @@ pub enum FlushError {
 /// # async fn example(provider: opentelemetry_sdk::metrics::SdkMeterProvider) {
 /// use std::time::Duration;
 ///
-/// if let Err(error) = fresh_consumer::otlp::flush(&provider, Duration::from_secs(5)).await {
+/// if let Err(error) = fresh_consumer::metrics::flush(&provider, Duration::from_secs(5)).await {
 ///     eprintln!("last metrics were not exported: {error}");
 /// }
 /// # }
