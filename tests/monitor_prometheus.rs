@@ -28,24 +28,78 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `GET /metrics` on `port`: the body, or `None` while nothing answers.
+/// What Prometheus 2.x/3.x sends as `Accept` on a scrape.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `GET /metrics` on `port` as Prometheus asks (OpenMetrics): the body, or
+/// `None` while nothing answers.
 async fn scrape(port: u16) -> Option<String> {
+    scrape_as(
+        port,
+        Some(PROMETHEUS_ACCEPT),
+        "application/openmetrics-text",
+    )
+    .await
+}
+
+/// `GET /metrics` on `port` with `accept` (none: no header, as curl and
+/// promtool's users send); asserts the response's content type starts with
+/// `content_type`.
+async fn scrape_as(port: u16, accept: Option<&str>, content_type: &str) -> Option<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
     let mut response = String::new();
     s.read_to_string(&mut response).await.ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
         head.to_ascii_lowercase()
-            .contains("content-type: application/openmetrics-text"),
+            .contains(&format!("content-type: {content_type}")),
         "{head}"
     );
     Some(body.to_owned())
+}
+
+/// `promtool check metrics` on `body` (the classic text format), when
+/// promtool is installed (`.ci/install-deps` installs it; a failure under
+/// `CI=true` without it).
+fn promtool_check(body: &str) {
+    use std::io::Write as _;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "promtool not found ({e}): bash .ci/install-deps installs it"
+            );
+            eprintln!("skipped promtool check metrics: {e}");
+            return;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {out:?}\n{body}"
+    );
 }
 
 /// Every `fresh_consumer_monitor_*` name the rules, their tests and the
@@ -211,6 +265,18 @@ async fn the_scrape_endpoint_serves_the_rules_names() {
         "{body}"
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+
+    // Without an `Accept` header: the classic text format, which promtool
+    // lints (every counter's help under its `_total` name).
+    let plain = scrape_as(port, None, "text/plain; version=0.0.4")
+        .await
+        .expect("a classic scrape");
+    assert!(!plain.contains("# EOF"), "{plain}");
+    assert!(
+        plain.contains("# TYPE fresh_consumer_monitor_cycles_total counter"),
+        "{plain}"
+    );
+    promtool_check(&plain);
 
     // Stopped by SIGTERM: exits 0.
     let pid = child.id().expect("pid") as i32;

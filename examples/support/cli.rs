@@ -65,5 +65,6 @@ pub fn chain(error: &(impl Error + ?Sized)) -> String {
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C): the library's own, which
-/// `FreshConsumer::run` uses too.
+/// `FreshConsumer::run` uses too. (Not every example uses it.)
+#[allow(unused_imports)]
 pub use fresh_consumer::shutdown_signal;

@@ -8,7 +8,7 @@ struct Noop;
 impl Handler for Noop {
     type Error = std::convert::Infallible;
 
-    async fn handle(&self, _record: crate::Record) -> Result<(), Self::Error> {
+    async fn handle(&self, _record: crate::record::Record) -> Result<(), Self::Error> {
         Ok(())
     }
 }

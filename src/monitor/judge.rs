@@ -318,6 +318,19 @@ impl GroupTracker {
             Diagnosis::NoOffsets
         } else if total_lag == 0 {
             Diagnosis::Idle
+        } else if members == Some(0) && commit_rate <= 0.0 {
+            // The brokers say nobody reads (state `Empty`) and no commit
+            // was seen moving: no history is needed to call it. Stopped
+            // consumers, or a group scaled to zero: starting consumers is
+            // the fix, so the KEDA scaler activates it (see `scale.rs`).
+            // (Commits that advance with no members come from consumers
+            // that assign partitions without joining the group: judged as
+            // usual, their count unknown.)
+            named = lagging.iter().map(|j| name(j)).collect();
+            scaling = Scaling::Withheld {
+                reason: "the group has no members while records wait: its consumers are stopped (or scaled to zero); start them (KEDA activates the group from IsActive)".into(),
+            };
+            Diagnosis::Dead
         } else if (span >= rules.window && frozen_for(rules.window))
             || frozen_for(rules.stall_after)
         {
@@ -403,9 +416,13 @@ impl GroupTracker {
             );
             Diagnosis::ConsumerBound
         };
+        // A drain time only while the group clearly gains on the log end:
+        // the commit rate at least `DRAIN_MARGIN` above the produce rate. A
+        // group keeping pace has commit and produce rates that differ by
+        // noise, and dividing its backlog by that noise gave hours.
         let drain_time = if total_lag == 0 {
             Some(Duration::ZERO)
-        } else if commit_rate > produce_rate {
+        } else if commit_rate - produce_rate >= DRAIN_MARGIN * produce_rate.max(1.0) {
             Some(Duration::from_secs_f64(
                 total_lag as f64 / (commit_rate - produce_rate),
             ))
@@ -430,6 +447,10 @@ impl GroupTracker {
         }
     }
 }
+
+/// How much faster than records arrive a group must commit for a drain
+/// time: 10 % of the produce rate (and at least 0.1 record per second).
+const DRAIN_MARGIN: f64 = 0.1;
 
 /// The few partitions (at most a quarter, at least one) that carry at least
 /// `share` of the summed time lag, when there are two or more partitions.

@@ -191,7 +191,7 @@ fn status(e: ScaleError) -> Status {
         }
         ScaleError::NoReport => Status::unavailable(text),
         ScaleError::CurrentUnknown { .. } => Status::failed_precondition(format!(
-            "{text}: the brokers do not describe the group's members; start fresh-monitor with --replicas"
+            "{text}: the brokers did not describe the group (DescribeGroups failed or was refused: check the monitor's DESCRIBE ACL on the group); start fresh-monitor with --replicas to answer anyway"
         )),
     }
 }

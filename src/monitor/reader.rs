@@ -112,6 +112,11 @@ pub(crate) struct GroupReads {
 pub(crate) struct CycleReads {
     pub(crate) groups: Vec<GroupReads>,
     pub(crate) records_read: u64,
+    /// When the offsets were read (the midpoint of the watermark and
+    /// committed-offset requests), on the monotonic and the wall clock:
+    /// the instant the cycle's rates and time lags are measured at, not
+    /// the end of the cycle's record reads.
+    pub(crate) read_at: (std::time::Instant, std::time::SystemTime),
 }
 
 /// One partition's observation from its offsets, before the record at the
@@ -384,6 +389,7 @@ impl Reader {
     /// One cycle's reads.
     pub(crate) fn read(&mut self) -> Result<CycleReads, MonitorError> {
         let timeout = self.settings.request_timeout;
+        let started = (Instant::now(), std::time::SystemTime::now());
         // (topic, partition) -> (log start, high watermark, last stable offset)
         let mut marks: Vec<(String, i32, i64, i64, i64)> = Vec::new();
         for topic in &self.settings.topics {
@@ -445,6 +451,9 @@ impl Reader {
                 state,
             });
         }
+        let read = Instant::now();
+        let half = read.saturating_duration_since(started.0) / 2;
+        let read_at = (started.0 + half, started.1 + half);
         self.describe_members(&mut groups);
 
         // The records to read: the first at or after max(committed, log start).
@@ -498,6 +507,7 @@ impl Reader {
         Ok(CycleReads {
             groups,
             records_read,
+            read_at,
         })
     }
 

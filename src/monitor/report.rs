@@ -70,7 +70,10 @@ pub struct GroupReport {
     pub produce_rate: f64,
     /// Estimated time to drain the backlog at the recent commit rate:
     /// `total_lag / (commit_rate - produce_rate)`; `Some(ZERO)` without a
-    /// backlog, `None` when the group is not gaining on the log end.
+    /// backlog, `None` when the group is not clearly gaining on the log end
+    /// (its commit rate less than 10 % above the produce rate, or 0.1
+    /// record per second, whichever is more): a group keeping pace has no
+    /// drain time, where noise between the two rates used to give hours.
     pub drain_time: Option<Duration>,
     /// Whether more replicas would help (see [`Scaling`]).
     pub scaling: Scaling,

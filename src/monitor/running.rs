@@ -7,7 +7,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 
@@ -118,8 +118,9 @@ impl Monitor {
                 return Err(e);
             }
         };
-        let now = Instant::now();
-        let taken_at = SystemTime::now();
+        // Rates and ages at the instant the offsets were read, not after
+        // the record reads that followed them.
+        let (now, taken_at) = reads.read_at;
         let now_ms = unix_ms(taken_at);
         self.trackers
             .retain(|name, _| reads.groups.iter().any(|g| &g.group == name));
@@ -142,7 +143,7 @@ impl Monitor {
             .collect();
         let report = MonitorReport {
             taken_at,
-            cycle_duration: now.saturating_duration_since(started),
+            cycle_duration: started.elapsed(),
             records_read: reads.records_read,
             groups,
         };

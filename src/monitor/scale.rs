@@ -5,6 +5,15 @@
 //! scenarios (`scale/tests.rs`).
 //!
 //! The rules, checked in this order for a group on each request:
+//! 0. **No members** (the brokers describe the group as `Empty`: its
+//!    consumers stopped, or KEDA scaled it to zero; and no commit moved in
+//!    the window, which consumers that assign partitions without joining
+//!    the group would make): `active` when records
+//!    wait, which is what activates a ScaledObject with `minReplicaCount:
+//!    0`; the count is the last answer, else [`ScalePolicy::min_replicas`]
+//!    (one step up from zero when it is the first). Neither the
+//!    `rebalancing` nor the `dead` hold applies: starting consumers is the
+//!    fix. The usual rules take over once a member joins.
 //! 1. **A rebalance is in progress** (the brokers describe the group as
 //!    `PreparingRebalance` or `CompletingRebalance`, or its member count
 //!    changed between the last two cycles): hold, reason `rebalancing`.
@@ -462,19 +471,34 @@ impl Autoscaler {
         let slot = (key.to_owned(), g.group.clone());
         let served = self.served.get(&slot).copied();
         let members = g.members.filter(|&m| m > 0);
+        // Described with no members (state `Empty`): stopped, or scaled to
+        // zero by KEDA (`minReplicaCount: 0`). Its replica count is known,
+        // zero; what it needs is said by `active` (records wait), and the
+        // count to run once active is the last answer, else the policy's
+        // minimum (the usual rules take over once a member joins).
+        let empty = g.members == Some(0) && g.commit_rate <= 0.0;
         let held = served
             .map(|s| s.replicas)
             .or(members)
             .or(self.policy.current_replicas)
+            .or(empty.then_some(self.policy.min_replicas))
             .ok_or_else(|| ScaleError::CurrentUnknown {
                 group: g.group.clone(),
             })?
             .min(partitions);
-        let rebalancing = matches!(
-            g.state.as_deref(),
-            Some("PreparingRebalance" | "CompletingRebalance")
-        ) || st.is_some_and(|s| s.members_changed);
-        let (replicas, action) = if rebalancing {
+        let rebalancing = !empty
+            && matches!(
+                g.state.as_deref(),
+                Some("PreparingRebalance" | "CompletingRebalance")
+            )
+            || (!empty && st.is_some_and(|s| s.members_changed));
+        let (replicas, action) = if empty {
+            if g.total_lag > 0 && served.is_none() {
+                (held, ScaleAction::Up { from: 0 })
+            } else {
+                (held, ScaleAction::Steady)
+            }
+        } else if rebalancing {
             let why = match &g.state {
                 Some(s) if s != "Stable" => format!("the group is in state {s}"),
                 _ => format!(

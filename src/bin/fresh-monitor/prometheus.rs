@@ -240,7 +240,74 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
         .map_err(|e| format!("--prometheus {addr}: cannot listen: {e}"))
 }
 
-/// Serves `GET /metrics` (and `GET /`) on `listener` until `stop`.
+/// The OpenMetrics media type, as Prometheus asks for it first.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Prometheus' classic text format (what `promtool check metrics` and
+/// clients without an `Accept` header read).
+const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a scrape's `Accept` header asks for OpenMetrics (Prometheus
+/// sends `application/openmetrics-text;version=1.0.0,...` first); anything
+/// else, no header included, gets the classic text format.
+fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|part| {
+            let media = part.split(';').next().unwrap_or("").trim();
+            let q = part
+                .split(';')
+                .skip(1)
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f64>().ok())
+                .unwrap_or(1.0);
+            media.eq_ignore_ascii_case("application/openmetrics-text") && q > 0.0
+        })
+    })
+}
+
+/// OpenMetrics text as Prometheus' classic text format: a counter family
+/// is named with its `_total` suffix in `# HELP` and `# TYPE` (its samples
+/// already are), `# UNIT` lines (OpenMetrics only) and `# EOF` go, and a
+/// help text's escapes are the classic ones (`\\` and `\n`; OpenMetrics
+/// also escapes `"`).
+fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let family = |name: &str| {
+        if counters.contains(name) {
+            format!("{name}_total")
+        } else {
+            name.to_owned()
+        }
+    };
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.push_str(&format!(
+                "# HELP {} {}\n",
+                family(name),
+                help.replace("\\\"", "\"")
+            ));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            out.push_str(&format!("# TYPE {} {kind}\n", family(name)));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` (and `GET /`) on `listener` until `stop`: in the
+/// OpenMetrics format when the scrape's `Accept` header asks for it (as
+/// Prometheus does), else in the classic text format.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
@@ -248,18 +315,21 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use axum::http::header;
     use axum::routing::get;
-    let scrape = move || {
+    let scrape = move |headers: axum::http::HeaderMap| {
         let registry = Arc::clone(&registry);
         async move {
             let mut body = String::new();
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
             match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                Ok(()) if wants_openmetrics(accept) => (
+                    axum::http::StatusCode::OK,
+                    [(header::CONTENT_TYPE, OPENMETRICS)],
+                    body,
+                ),
                 Ok(()) => (
                     axum::http::StatusCode::OK,
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    body,
+                    [(header::CONTENT_TYPE, CLASSIC)],
+                    classic(&body),
                 ),
                 Err(_) => (
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -280,6 +350,37 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_accept_header_chooses_the_format() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_openmetrics(Some(prometheus)));
+        assert!(!wants_openmetrics(None));
+        assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(!wants_openmetrics(Some("*/*")));
+        assert!(!wants_openmetrics(Some("application/openmetrics-text;q=0")));
+    }
+
+    #[test]
+    fn classic_text_names_counters_with_total_and_drops_units() {
+        let om = "# HELP fresh_consumer_monitor_cycles Monitor cycles, by outcome.\n\
+                  # TYPE fresh_consumer_monitor_cycles counter\n\
+                  fresh_consumer_monitor_cycles_total{outcome=\"ok\"} 3\n\
+                  # HELP fresh_consumer_monitor_time_lag_seconds Age of the \\\"head\\\" record.\n\
+                  # TYPE fresh_consumer_monitor_time_lag_seconds gauge\n\
+                  # UNIT fresh_consumer_monitor_time_lag_seconds seconds\n\
+                  fresh_consumer_monitor_time_lag_seconds{partition=\"0\"} 1.5\n\
+                  # EOF\n";
+        assert_eq!(
+            classic(om),
+            "# HELP fresh_consumer_monitor_cycles_total Monitor cycles, by outcome.\n\
+             # TYPE fresh_consumer_monitor_cycles_total counter\n\
+             fresh_consumer_monitor_cycles_total{outcome=\"ok\"} 3\n\
+             # HELP fresh_consumer_monitor_time_lag_seconds Age of the \"head\" record.\n\
+             # TYPE fresh_consumer_monitor_time_lag_seconds gauge\n\
+             fresh_consumer_monitor_time_lag_seconds{partition=\"0\"} 1.5\n"
+        );
+    }
 
     #[test]
     fn names_follow_the_otlp_translation_the_rules_use() {

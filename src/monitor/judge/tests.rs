@@ -170,6 +170,46 @@ fn run(
     last.unwrap()
 }
 
+/// The brokers describe the group with no members: records waiting make
+/// it `dead` from its first sample (no history needed), nothing waiting
+/// `idle`.
+#[test]
+fn an_empty_group_with_records_waiting_is_dead_from_its_first_sample() {
+    let r = GroupTracker::default().evaluate(
+        "g",
+        &[
+            obs(0, Some(5), 0, 9, at(5, NOW_MS - 3_000)),
+            obs(1, Some(7), 0, 7, HeadRead::NotNeeded),
+        ],
+        Some(0),
+        &rules(),
+        Instant::now(),
+        NOW_MS,
+    );
+    assert_eq!(r.diagnosis, Diagnosis::Dead);
+    assert_eq!(
+        r.named,
+        vec![TopicPartition {
+            topic: "t".into(),
+            partition: 0
+        }]
+    );
+    assert!(
+        matches!(&r.scaling, Scaling::Withheld { reason } if reason.contains("no members while records wait")),
+        "{:?}",
+        r.scaling
+    );
+    let r = GroupTracker::default().evaluate(
+        "g",
+        &[obs(0, Some(9), 0, 9, HeadRead::NotNeeded)],
+        Some(0),
+        &rules(),
+        Instant::now(),
+        NOW_MS,
+    );
+    assert_eq!(r.diagnosis, Diagnosis::Idle);
+}
+
 #[test]
 fn idle_and_no_offsets() {
     let r = run(&mut GroupTracker::default(), &rules(), 2, |_| {
@@ -564,7 +604,8 @@ fn the_suggestion_counts_from_the_members_never_above_the_partitions() {
     // Six members: ceil(6 x 1.38) = 9, capped at the 8 partitions.
     let r = consumer_bound(&rules, Some(6));
     assert_eq!(suggestion(&r), (Some(6), Some(8), true));
-    // Members unknown (KIP-848, the mock broker) or none: the
+    // Members unknown (the mock broker), or none while the commits advance
+    // (consumers that assign partitions without joining the group): the
     // configured count, ceil(2 x 1.38) = 3.
     for members in [None, Some(0)] {
         let r = consumer_bound(&rules, members);
@@ -623,4 +664,29 @@ fn keeping_up_below_the_threshold_or_falling() {
     });
     assert_eq!(r.diagnosis, Diagnosis::KeepingUp);
     assert!(r.drain_time.is_some());
+}
+
+/// Commit and produce rates a few percent apart (noise on a group keeping
+/// pace) give no drain time; 10 % apart, one.
+#[test]
+fn no_drain_time_from_noise_between_the_rates() {
+    let drain = |commit_per_s: i64| {
+        run(&mut GroupTracker::default(), &rules(), 8, |c| {
+            vec![obs(
+                0,
+                Some(10_000 + commit_per_s * c),
+                0,
+                20_000 + 1_000 * c,
+                at(10_000 + commit_per_s * c, NOW_MS + c * 1000 - 2000),
+            )]
+        })
+        .drain_time
+    };
+    // 10,000 records behind, committing 1,030/s against 1,000/s
+    // produced: 10,000 / 30 = 5.5 min would be noise.
+    assert_eq!(drain(1_030), None);
+    assert_eq!(drain(1_000), None);
+    let d = drain(1_100).expect("10 % faster: draining");
+    // (10,000 - 7 x 100) / 100 = 93 s.
+    assert!(d.as_secs_f64() > 60.0 && d.as_secs_f64() < 120.0, "{d:?}");
 }

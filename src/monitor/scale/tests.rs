@@ -149,6 +149,79 @@ fn report(
     })
 }
 
+/// A group `g` the brokers describe with no members, no commit moving:
+/// `report`'s with 0 members, state `Empty`, commit rate 0.
+fn empty(s: u64, diagnosis: Diagnosis, lag: Duration, total_lag: u64) -> Arc<MonitorReport> {
+    let mut r = report(s, diagnosis, lag, Some(0), "Empty");
+    let g = &mut Arc::get_mut(&mut r).unwrap().groups[0];
+    g.commit_rate = 0.0;
+    g.total_lag = total_lag;
+    r
+}
+
+/// An empty group (0 members, state `Empty`): no error without
+/// `current_replicas`; active with a backlog, one replica from zero, and no
+/// `dead` or `rebalancing` hold; inactive without one.
+#[test]
+fn an_empty_group_is_answered_from_zero() {
+    let mut a = scaler(ScalePolicy::new());
+    a.observe(empty(0, Diagnosis::Idle, Duration::ZERO, 0));
+    let d = a.decide("ns/so", &request("g")).unwrap();
+    assert_eq!(
+        (d.active, d.replicas, d.action),
+        (false, 1, ScaleAction::Steady)
+    );
+
+    // Records arrive while nobody reads: dead to the monitor, activation
+    // to the scaler (a fresh ScaledObject: the first answer is one up from
+    // zero).
+    let mut b = scaler(ScalePolicy::new());
+    b.observe(empty(5, Diagnosis::Dead, Duration::from_secs(90), 800));
+    let d = b.decide("ns/so", &request("g")).unwrap();
+    assert_eq!((d.active, d.replicas), (true, 1));
+    assert_eq!(d.action, ScaleAction::Up { from: 0 });
+    // The member count went 0 -> 0: no rebalance; answered again the same.
+    b.observe(empty(10, Diagnosis::Dead, Duration::from_secs(95), 800));
+    let d = b.decide("ns/so", &request("g")).unwrap();
+    assert_eq!(
+        (d.active, d.replicas, d.action),
+        (true, 1, ScaleAction::Steady)
+    );
+
+    // The same with the scaler's earlier answer kept (KEDA scaled 3 to 0):
+    // it answers 3 again once active, `min_replicas` never below.
+    let mut c = scaler(ScalePolicy::new().min_replicas(2));
+    c.observe(report(
+        0,
+        Diagnosis::KeepingUp,
+        Duration::from_secs(1),
+        Some(3),
+        "Stable",
+    ));
+    assert_eq!(c.decide("ns/so", &request("g")).unwrap().replicas, 3);
+    c.observe(empty(5, Diagnosis::Dead, Duration::from_secs(90), 800));
+    let d = c.decide("ns/so", &request("g")).unwrap();
+    assert_eq!(
+        (d.active, d.replicas, d.action),
+        (true, 3, ScaleAction::Steady)
+    );
+
+    // No members but commits moving (consumers that assign partitions
+    // without joining): not empty, so its count is unknown as before.
+    let mut e = scaler(ScalePolicy::new());
+    e.observe(report(
+        0,
+        Diagnosis::KeepingUp,
+        Duration::from_secs(1),
+        Some(0),
+        "Empty",
+    ));
+    assert!(matches!(
+        e.decide("ns/so", &request("g")),
+        Err(ScaleError::CurrentUnknown { .. })
+    ));
+}
+
 #[test]
 fn scales_up_in_one_step_capped_at_the_partition_count() {
     let mut a = scaler(ScalePolicy::new());
