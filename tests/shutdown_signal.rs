@@ -214,7 +214,7 @@ async fn sigterm_under_traffic_commits_what_was_handled_and_flushes_metrics() {
                     .await
                     .expect("produce under traffic");
                 n += 1;
-                if n % 30 == 0 {
+                if n.is_multiple_of(30) {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }

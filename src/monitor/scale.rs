@@ -487,11 +487,10 @@ impl Autoscaler {
             })?
             .min(partitions);
         let rebalancing = !empty
-            && matches!(
+            && (matches!(
                 g.state.as_deref(),
                 Some("PreparingRebalance" | "CompletingRebalance")
-            )
-            || (!empty && st.is_some_and(|s| s.members_changed));
+            ) || st.is_some_and(|s| s.members_changed));
         let (replicas, action) = if empty {
             if g.total_lag > 0 && served.is_none() {
                 (held, ScaleAction::Up { from: 0 })
