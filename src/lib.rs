@@ -160,7 +160,7 @@ pub use output::{Output, OutputConfig, outputs};
 pub use record::{Header, Record, RecordTimestamp};
 pub use signal::shutdown_signal;
 pub use slo::{FreshnessObjective, SloResult};
-pub use summary::{RunSummary, TopicPartition};
+pub use summary::{BlockedRecord, RunSummary, TopicPartition};
 pub use trace::ProducerContext;
 
 /// The README's Rust examples, compiled as doctests (they use the `otlp`
