@@ -378,7 +378,10 @@ impl GroupTracker {
             Diagnosis::Stuck
         } else if max_time_lag.is_none_or(|t| t < rules.lag_threshold) {
             Diagnosis::KeepingUp
-        } else if let Some(hot) = concentrated(&with_offsets, rules.skew_share) {
+        } else if let Some((hot, carries)) = concentrated(&with_offsets, rules.skew_share)
+            .map(|hot| (hot, "most of the time lag".to_owned()))
+            .or_else(|| concentrated_load(&with_offsets, rules.skew_share))
+        {
             named = hot.iter().map(|j| name(j)).collect();
             // A hot partition whose commit is frozen over a static backlog
             // (not `stalled`: its log end does not move) is more likely
@@ -397,7 +400,7 @@ impl GroupTracker {
             };
             scaling = Scaling::Withheld {
                 reason: format!(
-                    "{} of {} partitions carry most of the time lag; a partition is read by one consumer, so more replicas do not help (spread the hot keys, or process keys concurrently){frozen}",
+                    "{} of {} partitions carry {carries}; a partition is read by one consumer, so more replicas do not help (spread the hot keys, or process keys concurrently){frozen}",
                     hot.len(),
                     with_offsets.len()
                 ),
@@ -474,6 +477,56 @@ fn concentrated<'a>(partitions: &[&'a Judged], share: f64) -> Option<Vec<&'a Jud
         top += j.row.time_lag.map(secs).unwrap_or(0.0);
         if top / total >= share {
             return Some(by_lag[..=i].to_vec());
+        }
+    }
+    None
+}
+
+/// The few partitions (at most a quarter, at least one) that carry at least
+/// `share` of the group's offset lag **and** of its produce rate (of the
+/// offset lag alone while nothing is produced), with the text saying so:
+/// a hot partition that shares its consumer with others. Its neighbours
+/// wait behind it, so their time lags match its own and the time-lag rule
+/// ([`concentrated`]) cannot see it; offset lag and production can. More
+/// replicas at most move the neighbours off its consumer: the hot
+/// partition is still read by one consumer.
+fn concentrated_load<'a>(
+    partitions: &[&'a Judged],
+    share: f64,
+) -> Option<(Vec<&'a Judged>, String)> {
+    if partitions.len() < 2 {
+        return None;
+    }
+    let lag = |j: &Judged| j.row.offset_lag.unwrap_or(0) as f64;
+    let total_lag: f64 = partitions.iter().map(|j| lag(j)).sum();
+    let total_produced: f64 = partitions.iter().map(|j| j.produce_rate).sum();
+    if total_lag <= 0.0 {
+        return None;
+    }
+    let mut by_lag: Vec<&Judged> = partitions.to_vec();
+    by_lag.sort_by(|a, b| lag(b).total_cmp(&lag(a)));
+    let k = (partitions.len() / 4).max(1);
+    let (mut top_lag, mut top_produced) = (0.0, 0.0);
+    for (i, j) in by_lag.iter().enumerate().take(k) {
+        top_lag += lag(j);
+        top_produced += j.produce_rate;
+        let lag_share = top_lag / total_lag;
+        let produced_share = if total_produced > 0.0 {
+            top_produced / total_produced
+        } else {
+            lag_share
+        };
+        if lag_share >= share && produced_share >= share {
+            let text = if total_produced > 0.0 {
+                format!(
+                    "{:.0} % of the offset lag and {:.0} % of the produce rate",
+                    lag_share * 100.0,
+                    produced_share * 100.0
+                )
+            } else {
+                format!("{:.0} % of the offset lag", lag_share * 100.0)
+            };
+            return Some((by_lag[..=i].to_vec(), text));
         }
     }
     None

@@ -483,6 +483,49 @@ fn stuck_names_the_frozen_partition() {
     assert!(matches!(r.scaling, Scaling::Withheld { .. }));
 }
 
+/// The issue-45 scenario: 6 partitions, 2 consumers, 95 % of the traffic
+/// on p0, whose consumer also owns p1 and p2. They wait behind p0, so
+/// p0-p2 show about the same time lag (89, 87, 85 s) and the time-lag rule
+/// sees no skew; p0 carries 97 % of the offset lag and 95 % of the
+/// produce rate. Skewed, withheld, p0 named: never consumer-bound.
+#[test]
+fn a_hot_partition_sharing_its_consumer_is_skewed() {
+    let r = run(&mut GroupTracker::default(), &rules(), 8, |c| {
+        let mut v = Vec::new();
+        for (p, lag_s, produced_per_s, committed_per_s) in
+            [(0, 89_000, 95, 40), (1, 87_000, 1, 1), (2, 85_000, 1, 1)]
+        {
+            v.push(obs(
+                p,
+                Some(committed_per_s * c),
+                0,
+                if p == 0 { 3_000 } else { 40 } + produced_per_s * c,
+                at(committed_per_s * c, NOW_MS + c * 1000 - lag_s),
+            ));
+        }
+        // The other consumer keeps up with its three.
+        for p in 3..6 {
+            v.push(obs(p, Some(c), 0, c + 1, at(c, NOW_MS + c * 1000 - 200)));
+        }
+        v
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Skewed, "{r:#?}");
+    assert_eq!(
+        r.named,
+        vec![TopicPartition {
+            topic: "t".into(),
+            partition: 0
+        }]
+    );
+    let Scaling::Withheld { reason } = &r.scaling else {
+        panic!("{:?}", r.scaling)
+    };
+    assert!(
+        reason.contains("of the offset lag and") && reason.contains("of the produce rate"),
+        "{reason}"
+    );
+}
+
 #[test]
 fn skewed_without_suggestion_consumer_bound_with_one() {
     // Partition 0 is 60 s behind and moving; the others keep up.
