@@ -77,6 +77,21 @@ struct History {
     waiting: Option<(Instant, i64)>,
     last_head: Option<i64>,
     points: VecDeque<Point>,
+    /// The last few gaps between two moves of the committed offset, as
+    /// seen at the cycles: the group's own commit rhythm. The first one is
+    /// a lower bound: from the monitor's first sample to the first move.
+    gaps: VecDeque<Duration>,
+}
+
+/// How many commit gaps a partition remembers for its rhythm.
+const RHYTHM_GAPS: usize = 5;
+
+impl History {
+    /// The group's commit rhythm on this partition: the longest of its
+    /// last few gaps between commits; `None` before a move was seen.
+    fn rhythm(&self) -> Option<Duration> {
+        self.gaps.iter().copied().max()
+    }
 }
 
 /// One group's samples over the window, and its timestamp counts.
@@ -98,6 +113,10 @@ struct Judged {
     produce_rate: f64,
     /// The time lag fell over the window.
     falling: bool,
+    /// Twice the group's commit rhythm on the partition (`None` before it
+    /// is known): a freeze shorter than this is the group's ordinary pause
+    /// between commits.
+    rhythm2: Option<Duration>,
 }
 
 impl GroupTracker {
@@ -126,12 +145,25 @@ impl GroupTracker {
                 waiting: None,
                 last_head: None,
                 points: VecDeque::new(),
+                gaps: VecDeque::new(),
             });
             if h.committed != o.committed {
+                if h.committed.is_some() {
+                    let since = h.last_change.unwrap_or(h.first_seen);
+                    h.gaps.push_back(now.saturating_duration_since(since));
+                    while h.gaps.len() > RHYTHM_GAPS {
+                        h.gaps.pop_front();
+                    }
+                }
                 h.committed = o.committed;
                 h.last_change = Some(now);
                 h.waiting = None;
             }
+            // A freeze counts once it outlasts `stall_after` and twice the
+            // group's own commit rhythm: a group that commits every 60 s
+            // while keeping up is not stalled between its commits.
+            let rhythm2 = h.rhythm().map(|r| r * 2);
+            let stall_after = rules.stall_after.max(rhythm2.unwrap_or_default());
             let unchanged_for =
                 now.saturating_duration_since(h.last_change.unwrap_or(h.first_seen));
             // Offsets a consumer can never receive (transaction markers) are
@@ -232,7 +264,7 @@ impl GroupTracker {
                 (Some(c), _) if c < o.log_start => LagStatus::OutOfRange {
                     deleted: (o.log_start - c) as u64,
                 },
-                _ if end_moved && waiting_for.is_some_and(|d| d >= rules.stall_after) => {
+                _ if end_moved && waiting_for.is_some_and(|d| d >= stall_after) => {
                     LagStatus::Stalled
                 }
                 _ if time_lag.is_some_and(|t| t >= rules.lag_threshold) => LagStatus::Lagging,
@@ -262,6 +294,7 @@ impl GroupTracker {
                 commit_rate,
                 produce_rate,
                 falling,
+                rhythm2,
             });
         }
         self.partitions.retain(|k, _| seen.contains(k));
@@ -303,6 +336,14 @@ impl GroupTracker {
 
         let mut named = Vec::new();
         let mut scaling = Scaling::NotNeeded;
+        // The group's freeze threshold: `stall_after`, or twice its slowest
+        // commit rhythm on a partition when that is longer.
+        let rhythm2 = judged
+            .iter()
+            .filter_map(|j| j.rhythm2)
+            .max()
+            .unwrap_or_default();
+        let stall_after = rules.stall_after.max(rhythm2);
         // Frozen for `after`: no committed offset of the group moved for
         // that long, and every partition with records waiting has had them
         // waiting that long.
@@ -331,8 +372,8 @@ impl GroupTracker {
                 reason: "the group has no members while records wait: its consumers are stopped (or scaled to zero); start them (KEDA activates the group from IsActive)".into(),
             };
             Diagnosis::Dead
-        } else if (span >= rules.window && frozen_for(rules.window))
-            || frozen_for(rules.stall_after)
+        } else if (span >= rules.window && frozen_for(rules.window.max(rhythm2)))
+            || frozen_for(stall_after)
         {
             // Every partition with records waiting is frozen and none of
             // the others advances: nothing of the group works, which is a
@@ -342,7 +383,7 @@ impl GroupTracker {
             scaling = Scaling::Withheld {
                 reason: format!(
                     "no partition's committed offset moved for {:.0?} while records wait: the consumers are down or hung; more replicas of them do not help",
-                    rules.stall_after.min(rules.window)
+                    stall_after.min(rules.window.max(rhythm2))
                 ),
             };
             Diagnosis::Dead
@@ -355,7 +396,7 @@ impl GroupTracker {
                 j.row.status != LagStatus::Stalled
                     && j.row
                         .commit_unchanged_for
-                        .is_some_and(|u| u + rules.stall_after < longest)
+                        .is_some_and(|u| u + stall_after < longest)
             })
         {
             // Some partitions frozen while another's commit moved after the
@@ -388,12 +429,12 @@ impl GroupTracker {
             // blocked than busy: say so.
             let frozen = hot
                 .iter()
-                .filter(|j| j.row.waiting_for.is_some_and(|d| d >= rules.stall_after))
+                .filter(|j| j.row.waiting_for.is_some_and(|d| d >= stall_after))
                 .count();
             let frozen = if frozen > 0 {
                 format!(
                     "; {frozen} of them committed nothing for {:.0?} or more while records wait (look for a blocked record or a hung worker)",
-                    rules.stall_after
+                    stall_after
                 )
             } else {
                 String::new()

@@ -210,6 +210,63 @@ fn an_empty_group_with_records_waiting_is_dead_from_its_first_sample() {
     assert_eq!(r.diagnosis, Diagnosis::Idle);
 }
 
+/// A group that commits every 50 s (auto commit at a long interval) while
+/// keeping up: records arrive at 10/s and the time lag stays at most 50 s,
+/// under the 60 s threshold. Its commits are frozen for 50 s at a time,
+/// longer than `stall_after` (30 s): once the monitor has seen one commit
+/// move, it is never `dead` (it was for 20 s of every 50). Before that move
+/// the monitor knows nothing of the rhythm: a freeze since its first sample
+/// counts against `stall_after` (here 30-40 s, the one window left). When
+/// the group really stops, it is `dead` once the freeze outlasts twice its
+/// rhythm.
+#[test]
+fn a_group_with_a_slow_commit_rhythm_is_not_dead_between_its_commits() {
+    let rules = Rules {
+        window: Duration::from_secs(300),
+        stall_after: Duration::from_secs(30),
+        lag_threshold: Duration::from_secs(60),
+        ..rules()
+    };
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let offset = |t: i64| 10 * (t + 1_000);
+    // The last commit at or before `t` (every 50 s from -10 s), until the
+    // group stops committing at `stop`.
+    let last_commit = |t: i64, stop: i64| {
+        let t = t.min(stop);
+        -10 + (t + 10).div_euclid(50) * 50
+    };
+    let mut dead_at = None;
+    for step in 0..120 {
+        let t = step * 5;
+        let stop = 400;
+        let c = last_commit(t, stop);
+        let r = g.evaluate(
+            "g",
+            &[obs(
+                0,
+                Some(offset(c)),
+                0,
+                offset(t),
+                at(offset(c), NOW_MS + c * 1000),
+            )],
+            Some(1),
+            &rules,
+            t0 + Duration::from_secs(t as u64),
+            NOW_MS + t * 1000,
+        );
+        if (40..stop + 50).contains(&t) {
+            assert_ne!(r.diagnosis, Diagnosis::Dead, "at {t} s: {r:#?}");
+        } else if t >= stop && r.diagnosis == Diagnosis::Dead && dead_at.is_none() {
+            dead_at = Some(t);
+        }
+    }
+    // Stopped after its commit at 390 s, which caught up: records wait
+    // from the next cycle (395 s), so frozen for twice the rhythm (100 s)
+    // at 495 s.
+    assert_eq!(dead_at, Some(495));
+}
+
 #[test]
 fn idle_and_no_offsets() {
     let r = run(&mut GroupTracker::default(), &rules(), 2, |_| {
