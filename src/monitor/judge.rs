@@ -77,9 +77,10 @@ struct History {
     waiting: Option<(Instant, i64)>,
     last_head: Option<i64>,
     points: VecDeque<Point>,
-    /// The last few gaps between two moves of the committed offset, as
-    /// seen at the cycles: the group's own commit rhythm. The first one is
-    /// a lower bound: from the monitor's first sample to the first move.
+    /// The last few gaps between two moves of the committed offset, as the
+    /// cycles bound them from below (from the cycle that saw a move to the
+    /// last one that saw none before the next): the group's own commit
+    /// rhythm. The first one counts from the monitor's first sample.
     gaps: VecDeque<Duration>,
 }
 
@@ -149,8 +150,13 @@ impl GroupTracker {
             });
             if h.committed != o.committed {
                 if h.committed.is_some() {
+                    // The gap as the cycles bound it from below: from the
+                    // cycle that saw the last move to the last cycle that
+                    // saw none (a slow cycle does not stretch it).
                     let since = h.last_change.unwrap_or(h.first_seen);
-                    h.gaps.push_back(now.saturating_duration_since(since));
+                    let unmoved_until = h.points.back().map_or(now, |p| p.at);
+                    h.gaps
+                        .push_back(unmoved_until.saturating_duration_since(since));
                     while h.gaps.len() > RHYTHM_GAPS {
                         h.gaps.pop_front();
                     }
@@ -183,7 +189,19 @@ impl GroupTracker {
             let waiting_for = h
                 .waiting
                 .map(|(since, _)| now.saturating_duration_since(since));
-            let end_moved = h.waiting.is_some_and(|(_, end)| o.end > end);
+            // The log end moved within the last `stall_after` while records
+            // waited: production goes on behind a frozen commit. Once the
+            // producer stops, it no longer does.
+            let end_moved = h.waiting.is_some_and(|(since, end)| {
+                let horizon = now.checked_sub(stall_after).unwrap_or(since).max(since);
+                let then = h
+                    .points
+                    .iter()
+                    .rev()
+                    .find(|pt| pt.at <= horizon)
+                    .map_or(end, |pt| pt.end.max(end));
+                o.end > then
+            });
 
             let (timestamp, time_lag) = match o.head {
                 HeadRead::NotNeeded => (

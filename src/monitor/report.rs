@@ -134,8 +134,9 @@ pub struct PartitionLag {
     /// idle for an hour that receives a record starts at zero here, while
     /// [`commit_unchanged_for`](Self::commit_unchanged_for) says an hour.
     pub waiting_for: Option<Duration>,
-    /// The log end (the end the lag counts to) moved while records waited
-    /// behind the unchanged committed offset: with
+    /// The log end (the end the lag counts to) moved within the last
+    /// `stall_after` while records waited behind the unchanged committed
+    /// offset (false again once the producer stops): with
     /// [`waiting_for`](Self::waiting_for) at or above `stall_after`, the
     /// partition is [`LagStatus::Stalled`].
     pub log_end_moved: bool,

@@ -262,9 +262,42 @@ fn a_group_with_a_slow_commit_rhythm_is_not_dead_between_its_commits() {
         }
     }
     // Stopped after its commit at 390 s, which caught up: records wait
-    // from the next cycle (395 s), so frozen for twice the rhythm (100 s)
-    // at 495 s.
-    assert_eq!(dead_at, Some(495));
+    // from the next cycle (395 s). The cycles bound the rhythm from below
+    // at 45 s (the last cycle without a move 45 s after the move), so it is
+    // frozen for twice that (90 s) at 485 s.
+    assert_eq!(dead_at, Some(485));
+}
+
+/// A frozen partition is `stalled` while its log end moves, and no longer
+/// once the producer stopped for `stall_after` (5 s): it was `stalled` for
+/// as long as it stayed frozen.
+#[test]
+fn stalled_ends_when_the_producer_stops() {
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let mut statuses = Vec::new();
+    for c in 0..20i64 {
+        // Records arrive for 10 s, then stop; the commit stays at 100.
+        let end = 200 + 10 * c.min(10);
+        let r = g.evaluate(
+            "g",
+            &[
+                obs(0, Some(100), 0, end, at(100, NOW_MS - 3_000)),
+                obs(1, Some(50 + c), 0, 50 + c, HeadRead::NotNeeded),
+            ],
+            Some(1),
+            &rules(),
+            t0 + Duration::from_secs(c as u64),
+            NOW_MS + c * 1000,
+        );
+        statuses.push(r.partitions[0].status);
+    }
+    assert_eq!(statuses[8], LagStatus::Stalled, "{statuses:?}");
+    assert_eq!(statuses[10], LagStatus::Stalled, "{statuses:?}");
+    assert!(
+        statuses[16..].iter().all(|s| *s != LagStatus::Stalled),
+        "still stalled 6 s after the producer stopped: {statuses:?}"
+    );
 }
 
 #[test]
