@@ -20,52 +20,19 @@ mod support;
 #[rustfmt::skip]
 #[path = "keda/externalscaler.rs"]
 mod externalscaler;
+#[path = "keda/process.rs"]
+mod scaler;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use externalscaler::external_scaler_client::ExternalScalerClient;
-use externalscaler::{GetMetricsRequest, ScaledObjectRef};
 use fresh_consumer::Record;
+use scaler::{Scaler, object};
 use support::kafka::TestCluster;
 use support::wait::{wait_until, within};
-use tonic::transport::Channel;
 
 const WAIT: Duration = Duration::from_secs(60);
 /// `fresh-monitor`'s default `--interval`.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
-
-fn object(group: &str, topic: &str) -> ScaledObjectRef {
-    ScaledObjectRef {
-        name: "orders-consumer".into(),
-        namespace: "orders".into(),
-        scaler_metadata: HashMap::from([
-            ("group".to_owned(), group.to_owned()),
-            ("topics".to_owned(), topic.to_owned()),
-        ]),
-    }
-}
-
-async fn is_active(client: &mut ExternalScalerClient<Channel>, o: &ScaledObjectRef) -> bool {
-    client
-        .is_active(o.clone())
-        .await
-        .expect("IsActive answers")
-        .into_inner()
-        .result
-}
-
-async fn replicas(client: &mut ExternalScalerClient<Channel>, o: &ScaledObjectRef) -> i64 {
-    let r = client
-        .get_metrics(GetMetricsRequest {
-            scaled_object_ref: Some(o.clone()),
-            metric_name: "s0-fresh-consumer-replicas".into(),
-        })
-        .await
-        .expect("GetMetrics answers")
-        .into_inner();
-    r.metric_values[0].metric_value
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_scaled_to_zero_activates_when_records_arrive() {
@@ -94,48 +61,16 @@ async fn a_group_scaled_to_zero_activates_when_records_arrive() {
     stop.cancel();
     run.await.unwrap().expect("the consumer ran");
 
-    let bin = support::monitor_binary();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let mut monitor = tokio::process::Command::new(&bin)
-        .args(["--bootstrap", cluster.bootstrap(), "--group", &group])
-        .args([
-            "--topic",
-            &topic,
-            "--keda-grpc",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start fresh-monitor");
-    let o = object(&group, &topic);
+    let mut monitor = Scaler::spawn(&cluster, &group, &topic, &[]);
+    let o = object("orders-consumer", &group, &topic);
     // KEDA's order: the HPA is built from GetMetricSpec, then IsActive is
     // polled; GetMetrics only once active.
-    let mut client = within(WAIT, "the scaler answers GetMetricSpec", async {
-        loop {
-            assert!(
-                monitor.try_wait().unwrap().is_none(),
-                "fresh-monitor exited"
-            );
-            if let Ok(mut c) =
-                ExternalScalerClient::connect(format!("http://127.0.0.1:{port}")).await
-                && c.get_metric_spec(o.clone()).await.is_ok()
-            {
-                break c;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let mut client = monitor.client(&o, WAIT).await;
     // Until the first cycle IsActive is UNAVAILABLE; then it answers.
     let first = within(WAIT, "IsActive answers after the first cycle", async {
         loop {
-            match client.is_active(o.clone()).await {
-                Ok(r) => break Some(r.into_inner().result),
+            match client.is_active(&o).await {
+                Ok(active) => break Some(active),
                 Err(e) => assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}"),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -148,7 +83,7 @@ async fn a_group_scaled_to_zero_activates_when_records_arrive() {
         "an empty group with nothing to read is inactive"
     );
     assert_eq!(
-        replicas(&mut client, &o).await,
+        client.replicas(&o).await,
         1,
         "GetMetrics for an empty group"
     );
@@ -162,20 +97,21 @@ async fn a_group_scaled_to_zero_activates_when_records_arrive() {
         || {
             let mut c = client.clone();
             let o = o.clone();
-            async move { is_active(&mut c, &o).await }
+            async move { c.is_active(&o).await.expect("IsActive answers") }
         },
     )
     .await;
     let activated_after = produced.elapsed();
-    assert_eq!(replicas(&mut client, &o).await, 1, "one replica from zero");
+    assert_eq!(client.replicas(&o).await, 1, "one replica from zero");
     let spec = client
+        .0
         .get_metric_spec(o.clone())
         .await
         .expect("GetMetricSpec");
     assert_eq!(spec.into_inner().metric_specs.len(), 1);
 
     // The one-shot report at its defaults: dead from its first sample.
-    let out = tokio::process::Command::new(&bin)
+    let out = tokio::process::Command::new(support::monitor_binary())
         .args(["--bootstrap", cluster.bootstrap(), "--group", &group])
         .args(["--topic", &topic, "--json"])
         .output()
@@ -194,5 +130,5 @@ async fn a_group_scaled_to_zero_activates_when_records_arrive() {
         "empty group: inactive with nothing to read, active {activated_after:?} after 15 records \
          arrived (default interval {DEFAULT_INTERVAL:?}), 1 replica asked; one-shot: dead"
     );
-    let _ = monitor.start_kill();
+    let _ = monitor.child.start_kill();
 }

@@ -17,17 +17,17 @@ mod support;
 #[rustfmt::skip]
 #[path = "keda/externalscaler.rs"]
 mod externalscaler;
+#[path = "keda/process.rs"]
+mod scaler;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use externalscaler::external_scaler_client::ExternalScalerClient;
-use externalscaler::{GetMetricsRequest, ScaledObjectRef};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
+use scaler::{Scaler, object};
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, acked, now_ms, unique};
 use support::wait::within;
@@ -69,17 +69,6 @@ fn plain_consumer() {
         }
     }
     consumer.unsubscribe();
-}
-
-fn object(group: &str, topic: &str) -> ScaledObjectRef {
-    ScaledObjectRef {
-        name: "hot".into(),
-        namespace: "orders".into(),
-        scaler_metadata: HashMap::from([
-            ("group".to_owned(), group.to_owned()),
-            ("topics".to_owned(), topic.to_owned()),
-        ]),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,28 +138,15 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
         })
     };
 
+    // The embedded broker does not describe groups: told the count there.
+    let extra: &[&str] = if cluster.is_real() {
+        &[]
+    } else {
+        &["--replicas", "2"]
+    };
+    let mut scaler = Scaler::spawn(&cluster, &group, &topic, extra);
+    let o = object("hot", &group, &topic);
     let bin = support::monitor_binary();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let mut scaler = tokio::process::Command::new(&bin);
-    scaler
-        .args(["--bootstrap", cluster.bootstrap(), "--group", &group])
-        .args([
-            "--topic",
-            &topic,
-            "--keda-grpc",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true);
-    if !cluster.is_real() {
-        scaler.args(["--replicas", "2"]);
-    }
-    let mut scaler = scaler.spawn().expect("start fresh-monitor");
-    let o = object(&group, &topic);
 
     // The one-shot report at its defaults (2 samples, 5 s apart).
     let report = within(WAIT, "a skewed report", async {
@@ -212,44 +188,14 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
 
     // The scaler, asked as KEDA asks over six of its cycles: never more
     // than the 2 replicas running.
-    let mut client = within(WAIT, "the scaler answers", async {
-        loop {
-            assert!(scaler.try_wait().unwrap().is_none(), "fresh-monitor exited");
-            if let Ok(mut c) =
-                ExternalScalerClient::connect(format!("http://127.0.0.1:{port}")).await
-                && c.get_metrics(GetMetricsRequest {
-                    scaled_object_ref: Some(o.clone()),
-                    metric_name: "s0-fresh-consumer-replicas".into(),
-                })
-                .await
-                .is_ok()
-            {
-                break c;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    let mut client = scaler.client(&o, WAIT).await;
     // (An observation over six cycles, not a wait for a condition: the
     // claim is that no answer in it exceeds the count.)
     let mut asked = Vec::new();
     for _ in 0..6 {
-        let r = client
-            .get_metrics(GetMetricsRequest {
-                scaled_object_ref: Some(o.clone()),
-                metric_name: "s0-fresh-consumer-replicas".into(),
-            })
-            .await
-            .expect("GetMetrics")
-            .into_inner();
-        asked.push(r.metric_values[0].metric_value);
+        asked.push(client.replicas(&o).await);
         assert!(
-            client
-                .is_active(o.clone())
-                .await
-                .unwrap()
-                .into_inner()
-                .result,
+            client.is_active(&o).await.expect("IsActive"),
             "records wait"
         );
         // The next monitor cycle (default interval 5 s).
@@ -264,6 +210,6 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
     for c in &mut consumers {
         let _ = c.stop().await;
     }
-    let _ = scaler.start_kill();
+    let _ = scaler.child.start_kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
