@@ -526,11 +526,19 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
             .any(|r| matches!(r, HealthReason::Stalled { duration } if *duration >= stall_after)),
         "{p1:?}"
     );
+    // The blocking record itself: its offset, attempts and error.
     assert!(
-        p1.reasons
-            .iter()
-            .any(|r| matches!(r, HealthReason::BlockedByFailingRecord { .. })),
+        p1.reasons.iter().any(|r| matches!(
+            r,
+            HealthReason::BlockedByFailingRecord { offset: 5, attempts: 3, error, .. }
+                if error.contains("poison record")
+        )),
         "{p1:?}"
+    );
+    assert!(
+        s.to_string()
+            .contains("stopped at offset 5 by a record that failed 3 attempts"),
+        "{s}"
     );
     assert!(p1.head_age > Duration::ZERO);
     for p in [0, 2] {
@@ -564,7 +572,26 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     })
     .await;
     assert_eq!(s.status, HealthStatus::Unhealthy);
-    stop_and_flush(run, &provider).await;
+    // Counted once (not per capped-backoff retry), over the wire.
+    let p1a = partition_attrs(&topic, 1, &group);
+    wait_until(WAIT, "the blocked record counted", || async {
+        receiver.counter_total(BLOCKED_MESSAGES, &p1a) == 1.0
+    })
+    .await;
+    assert_eq!(
+        receiver.counter_total(BLOCKED_MESSAGES, &partition_attrs(&topic, 0, &group)),
+        0.0
+    );
+    // The run summary names it: the partition was still stopped at the end.
+    let summary = run.stop().await;
+    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    assert_eq!(summary.records_blocked, 1, "{summary:?}");
+    let blocked = &summary.blocked[&fresh_consumer::TopicPartition {
+        topic: topic.clone(),
+        partition: 1,
+    }];
+    assert_eq!((blocked.offset, blocked.attempts), (5, 3), "{blocked:?}");
+    assert!(blocked.error.contains("poison record"), "{blocked:?}");
 }
 
 // ---------------------------------------------------------------------------
