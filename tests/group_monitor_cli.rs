@@ -378,6 +378,52 @@ async fn malformed_configuration_exits_1() {
     );
 }
 
+/// Two watched topics and a group that commits on one of them (issue 45,
+/// item 3): the group is judged on that topic only, so its partitions, its
+/// lag and its replica cap are that topic's, not the sum of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_judged_on_the_topics_it_reads() {
+    logs::init();
+    let bin = support::monitor_binary();
+    let (cluster, read, group) = TestCluster::with_topic("cli-read", 3).await;
+    let unread = cluster.topic("cli-unread", 6).await;
+    cluster.produce_many(&read, 3, 5).await;
+    cluster.produce_many(&unread, 6, 5).await;
+    for p in 0..3 {
+        cluster.commit_offset(&group, &read, p, 4).await;
+    }
+    let r = run_at(
+        &bin,
+        &[
+            "--bootstrap",
+            cluster.bootstrap(),
+            "--group",
+            &group,
+            "--topic",
+            &read,
+            "--topic",
+            &unread,
+            "--samples",
+            "2",
+            "--interval",
+            "0.2",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:#?}");
+    let json = r.json();
+    let g = &json["groups"][0];
+    let topics: Vec<&str> = g["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| p["topic"].as_str().expect("topic"))
+        .collect();
+    assert_eq!(topics, [read.as_str(); 3], "{g:#}");
+    assert_eq!(g["total_lag"], 3, "{g:#}");
+}
+
 /// `--help`: exit 0, every flag with its default (or what leaving it out
 /// means), and the exit codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,8 @@ pub(crate) struct Described {
     /// `CompletingRebalance`, `Empty`, `Dead`, or `Unknown` (librdkafka 2.12
     /// has no names for KIP-848's `Assigning` and `Reconciling`).
     pub(crate) state: String,
+    /// Its partition assignor, if the brokers name one.
+    pub(crate) assignor: Option<String>,
 }
 
 /// Describes `groups` in one request and waits up to `timeout` (plus a
@@ -118,9 +120,14 @@ unsafe fn read_result(
                     CStr::from_ptr(state).to_string_lossy().into_owned()
                 };
                 let members = rd::rd_kafka_ConsumerGroupDescription_member_count(desc);
+                let assignor = rd::rd_kafka_ConsumerGroupDescription_partition_assignor(desc);
+                let assignor = (!assignor.is_null())
+                    .then(|| CStr::from_ptr(assignor).to_string_lossy().into_owned())
+                    .filter(|a| !a.is_empty());
                 Ok(Described {
                     members: u32::try_from(members).unwrap_or(u32::MAX),
                     state,
+                    assignor,
                 })
             } else {
                 Err(rd::rd_kafka_error_code(error).into())

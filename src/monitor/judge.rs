@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::health::retention::{RetentionSample, estimate, rate};
 use crate::monitor::report::{
-    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, Scaling,
+    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, Scaling, replica_cap,
 };
 use crate::record::RecordTimestamp;
 use crate::summary::TopicPartition;
@@ -101,6 +101,9 @@ pub(crate) struct GroupTracker {
     partitions: HashMap<(String, i32), History>,
     missing: u64,
     future: u64,
+    /// The group's partition assignor as the brokers last named it (for
+    /// the replica cap, [`replica_cap`]).
+    pub(crate) assignor: Option<String>,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -350,7 +353,8 @@ impl GroupTracker {
             .copied()
             .filter(|j| j.row.offset_lag.unwrap_or(0) > 0)
             .collect();
-        let partitions = judged.len() as u32;
+        let rows: Vec<&PartitionLag> = judged.iter().map(|j| &j.row).collect();
+        let partitions = replica_cap(&rows, self.assignor.as_deref());
 
         let mut named = Vec::new();
         let mut scaling = Scaling::NotNeeded;
@@ -496,6 +500,7 @@ impl GroupTracker {
             partitions: judged.into_iter().map(|j| j.row).collect(),
             members,
             state: None,
+            assignor: self.assignor.clone(),
             diagnosis,
             named,
             total_lag,

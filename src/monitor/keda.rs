@@ -186,9 +186,9 @@ fn parse(metadata: &HashMap<String, String>) -> Result<ScaleRequest, Status> {
 fn status(e: ScaleError) -> Status {
     let text = e.to_string();
     match e {
-        ScaleError::NotWatched { .. } | ScaleError::TopicNotWatched { .. } => {
-            Status::not_found(text)
-        }
+        ScaleError::NotWatched { .. }
+        | ScaleError::TopicNotWatched { .. }
+        | ScaleError::TopicNotRead { .. } => Status::not_found(text),
         ScaleError::NoReport => Status::unavailable(text),
         ScaleError::CurrentUnknown { .. } => Status::failed_precondition(format!(
             "{text}: the brokers did not describe the group (DescribeGroups failed or was refused: check the monitor's DESCRIBE ACL on the group); start fresh-monitor with --replicas to answer anyway"

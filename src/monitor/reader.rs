@@ -106,6 +106,9 @@ pub(crate) struct GroupReads {
     /// The group's state as the brokers describe it (`Stable`,
     /// `PreparingRebalance`, ...), if they do.
     pub(crate) state: Option<String>,
+    /// The group's partition assignor (`range`, `cooperative-sticky`, a
+    /// KIP-848 server assignor such as `uniform`), if the brokers say.
+    pub(crate) assignor: Option<String>,
 }
 
 /// One cycle's reads: per group, its observations.
@@ -150,12 +153,37 @@ pub(crate) fn observation(
 /// describe it: `None` for a group the brokers call `Dead` (unknown to the
 /// classic protocol: it does not exist, or it is a KIP-848 consumer group,
 /// described by [`Reader::describe_members`] instead) or do not list.
-fn members(list: &rdkafka::groups::GroupList, group: &str) -> Option<(u32, String)> {
+fn members(
+    list: &rdkafka::groups::GroupList,
+    group: &str,
+) -> Option<(u32, String, Option<String>)> {
     let g = list.groups().iter().find(|g| g.name() == group)?;
     if g.state().is_empty() || g.state().eq_ignore_ascii_case("dead") {
         return None;
     }
-    Some((g.members().len() as u32, g.state().to_owned()))
+    // A consumer group's protocol is its assignor's name (`range`, ...).
+    let assignor = (g.protocol_type() == "consumer" && !g.protocol().is_empty())
+        .then(|| g.protocol().to_owned());
+    Some((g.members().len() as u32, g.state().to_owned(), assignor))
+}
+
+/// `observations` without the topics the group does not read: a watched
+/// topic on which the group has no committed offset at all, when it has one
+/// on another watched topic. A group is judged (and its replicas capped)
+/// on what it consumes, not on everything the monitor watches.
+fn read_topics_only(observations: Vec<Observation>) -> Vec<Observation> {
+    let read: HashSet<String> = observations
+        .iter()
+        .filter(|o| o.committed.is_some())
+        .map(|o| o.topic.clone())
+        .collect();
+    if read.is_empty() {
+        return observations;
+    }
+    observations
+        .into_iter()
+        .filter(|o| read.contains(&o.topic))
+        .collect()
 }
 
 fn client(settings: &ReaderSettings, extra: &[(&str, &str)]) -> Result<BaseConsumer, MonitorError> {
@@ -335,6 +363,7 @@ impl Reader {
                 Some(Ok(d)) if !d.state.eq_ignore_ascii_case("dead") => {
                     g.members = Some(d.members);
                     g.state = Some(d.state.clone());
+                    g.assignor.clone_from(&d.assignor);
                 }
                 // The mock broker answers each group so.
                 Some(Err(code)) if refused(*code) => {
@@ -439,16 +468,19 @@ impl Reader {
             if !is_named && observations.iter().all(|o| o.committed.is_none()) {
                 continue;
             }
+            let observations = read_topics_only(observations);
             // A KIP-848 group is `Dead` to the classic listing: described below.
-            let (members, state) = listing
-                .as_ref()
-                .and_then(|list| members(list, group))
-                .unzip();
+            let listed = listing.as_ref().and_then(|list| members(list, group));
+            let (members, state, assignor) = match listed {
+                Some((m, s, a)) => (Some(m), Some(s), a),
+                None => (None, None, None),
+            };
             groups.push(GroupReads {
                 group: group.clone(),
                 observations,
                 members,
                 state,
+                assignor,
             });
         }
         let read = Instant::now();
@@ -625,6 +657,31 @@ pub(crate) fn reserved(property: &str) -> Option<ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::PROBE_PROPERTIES;
+    use super::{Observation, observation, read_topics_only};
+
+    fn o(topic: &str, partition: i32, committed: Option<i64>) -> Observation {
+        observation(topic, partition, (0, 10, 10), committed, true)
+    }
+
+    /// A group with committed offsets on `orders` only is judged on
+    /// `orders`; a group with none anywhere keeps every watched topic (it
+    /// reads `no_offsets`).
+    #[test]
+    fn a_group_is_judged_on_the_topics_it_reads() {
+        let kept = read_topics_only(vec![
+            o("orders", 0, Some(3)),
+            o("orders", 1, None),
+            o("payments", 0, None),
+            o("payments", 1, None),
+        ]);
+        let topics: Vec<(&str, i32)> = kept
+            .iter()
+            .map(|o| (o.topic.as_str(), o.partition))
+            .collect();
+        assert_eq!(topics, [("orders", 0), ("orders", 1)]);
+        let kept = read_topics_only(vec![o("orders", 0, None), o("payments", 0, None)]);
+        assert_eq!(kept.len(), 2);
+    }
 
     fn value(key: &str) -> Option<&'static str> {
         PROBE_PROPERTIES

@@ -1,6 +1,7 @@
 //! What one monitor cycle reports: a row per watched partition, a diagnosis
 //! per group.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use crate::summary::TopicPartition;
@@ -28,7 +29,9 @@ pub struct MonitorReport {
 pub struct GroupReport {
     /// The consumer group (`group.id`).
     pub group: String,
-    /// Every partition of the watched topics, by topic then partition number.
+    /// Every partition of the watched topics the group reads (a watched topic
+    /// on which it has no committed offset is left out, when it has one on
+    /// another), by topic then partition number.
     pub partitions: Vec<PartitionLag>,
     /// The group's member (consumer) count, as the brokers describe the
     /// group (one DescribeConsumerGroups request per cycle for the watched
@@ -50,6 +53,11 @@ pub struct GroupReport {
     /// change marks the rebalance then); `None` when the brokers do not
     /// describe the group.
     pub state: Option<String>,
+    /// The group's partition assignor as the brokers name it (`range`,
+    /// `roundrobin`, `cooperative-sticky`, KIP-848's `uniform` or `range`),
+    /// `None` when they do not describe the group. It decides the replica
+    /// cap ([`GroupReport::replica_cap`]).
+    pub assignor: Option<String>,
     /// What is wrong, if anything (see [`Diagnosis`]).
     pub diagnosis: Diagnosis,
     /// The partitions the diagnosis is about: the frozen ones for
@@ -85,6 +93,20 @@ pub struct GroupReport {
     /// started, whose timestamp was later than the monitor's clock: their
     /// partitions' time lag is reported as 0. Each record counts once.
     pub timestamps_future: u64,
+}
+
+impl GroupReport {
+    /// The most replicas that can each own a partition of the topics the
+    /// group reads: with the `range` assignor (the default first choice of
+    /// librdkafka and the Java client, and what an unknown assignor is
+    /// taken for) the largest topic's partition count, since each topic is
+    /// split on its own; with the others (`roundrobin`,
+    /// `cooperative-sticky`, KIP-848's `uniform`) all the partitions. At
+    /// least 1. The replica suggestion and the KEDA scaler never go above it.
+    pub fn replica_cap(&self) -> u32 {
+        let rows: Vec<&PartitionLag> = self.partitions.iter().collect();
+        replica_cap(&rows, self.assignor.as_deref())
+    }
 }
 
 /// One partition of one group, as read in one cycle.
@@ -372,4 +394,25 @@ pub enum Scaling {
         /// Why, in one sentence.
         reason: String,
     },
+}
+
+/// The most consumers of a group that can each own a partition, from its
+/// partitions (one entry per topic and partition) and its assignor: with
+/// `range` (librdkafka's and the Java client's default first choice, and
+/// what an unknown assignor is taken for) each topic is split on its own,
+/// so consumers past the largest topic's partition count sit idle; other
+/// assignors (`roundrobin`, `cooperative-sticky`, `sticky`, KIP-848's
+/// `uniform`) spread all the partitions, so the cap is their sum. At least 1.
+pub(crate) fn replica_cap(partitions: &[&PartitionLag], assignor: Option<&str>) -> u32 {
+    let range = assignor.is_none_or(|a| a.eq_ignore_ascii_case("range"));
+    let cap = if range {
+        let mut per_topic: HashMap<&str, u32> = HashMap::new();
+        for p in partitions {
+            *per_topic.entry(p.topic.as_str()).or_default() += 1;
+        }
+        per_topic.values().copied().max().unwrap_or(0)
+    } else {
+        partitions.len() as u32
+    };
+    cap.max(1)
 }

@@ -129,6 +129,7 @@ impl Monitor {
             .iter()
             .map(|g| {
                 let tracker = self.trackers.entry(g.group.clone()).or_default();
+                tracker.assignor.clone_from(&g.assignor);
                 let mut report = tracker.evaluate(
                     &g.group,
                     &g.observations,

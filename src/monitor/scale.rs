@@ -284,6 +284,15 @@ pub enum ScaleError {
         /// The topic asked about.
         topic: String,
     },
+    /// The monitor watches the topic, but the group has no committed
+    /// offset on it: the trigger names a topic the group does not read.
+    #[error("group `{group}` does not read topic `{topic}` (no committed offset on it)")]
+    TopicNotRead {
+        /// The topic asked about.
+        topic: String,
+        /// The group.
+        group: String,
+    },
     /// Neither an earlier answer, nor the brokers (members), nor the
     /// policy's [`current_replicas`](ScalePolicy::current_replicas) give
     /// the group's current replica count.
@@ -461,12 +470,27 @@ impl Autoscaler {
             .iter()
             .find(|t| !g.partitions.iter().any(|p| &p.topic == *t))
         {
-            return Err(ScaleError::TopicNotWatched {
-                topic: topic.clone(),
-            });
+            // Watched for another group, but this one has no committed
+            // offset on it: the trigger names a topic the group does not read.
+            let watched = report
+                .groups
+                .iter()
+                .any(|o| o.partitions.iter().any(|p| &p.topic == topic));
+            let e = if watched {
+                ScaleError::TopicNotRead {
+                    topic: topic.clone(),
+                    group: g.group.clone(),
+                }
+            } else {
+                ScaleError::TopicNotWatched {
+                    topic: topic.clone(),
+                }
+            };
+            tracing::warn!(scaled_object = %key, error = %e, "KEDA trigger names a topic the scaler cannot judge the group on");
+            return Err(e);
         }
         let now = report.taken_at;
-        let partitions = (g.partitions.len() as u32).max(1);
+        let partitions = g.replica_cap();
         let st = self.groups.get(&g.group);
         let slot = (key.to_owned(), g.group.clone());
         let served = self.served.get(&slot).copied();

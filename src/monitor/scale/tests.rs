@@ -135,6 +135,7 @@ fn report(
             partitions: (0..8).map(|p| partition(p, lag)).collect(),
             members,
             state: Some(state.into()),
+            assignor: None,
             diagnosis,
             named: vec![],
             total_lag: 800,
@@ -147,6 +148,73 @@ fn report(
             timestamps_future: 0,
         }],
     })
+}
+
+/// A group reading two topics (8 partitions of `orders`, 3 of `payments`):
+/// with `range` (or an assignor not named) the cap is the larger topic's 8,
+/// not their sum, 11; with `cooperative-sticky` it is 11. A trigger naming
+/// a topic the monitor watches but the group does not read is an error
+/// that says so.
+#[test]
+fn the_cap_follows_the_assignor_and_the_topics_the_group_reads() {
+    let mut r = report(
+        0,
+        Diagnosis::ConsumerBound,
+        Duration::from_secs(60),
+        Some(2),
+        "Stable",
+    );
+    {
+        let g = &mut Arc::get_mut(&mut r).unwrap().groups[0];
+        for p in 0..3 {
+            let mut row = partition(p, Duration::from_secs(60));
+            row.topic = "payments".into();
+            g.partitions.push(row);
+        }
+        // Far behind: asks for as many as it can use.
+        g.commit_rate = 1.0;
+    }
+    for (assignor, cap) in [
+        (None, 8),
+        (Some("range"), 8),
+        (Some("cooperative-sticky"), 11),
+    ] {
+        let mut r = r.clone();
+        Arc::make_mut(&mut r).groups[0].assignor = assignor.map(str::to_owned);
+        assert_eq!(r.groups[0].replica_cap(), cap, "{assignor:?}");
+        let mut a = scaler(ScalePolicy::new());
+        a.observe(r);
+        let d = a.decide("ns/so", &request("g")).unwrap();
+        assert_eq!(
+            (d.replicas, d.action),
+            (cap, ScaleAction::Up { from: 2 }),
+            "{assignor:?}"
+        );
+    }
+    // Another group reads `refunds`, which `g` does not.
+    let mut r = r.clone();
+    let mut other = r.groups[0].clone();
+    other.group = "other".into();
+    other.partitions[0].topic = "refunds".into();
+    Arc::make_mut(&mut r).groups.push(other);
+    let mut a = scaler(ScalePolicy::new());
+    a.observe(r);
+    let mut asked = request("g");
+    asked.topics = vec!["orders".into(), "refunds".into()];
+    assert_eq!(
+        a.decide("ns/so", &asked),
+        Err(ScaleError::TopicNotRead {
+            topic: "refunds".into(),
+            group: "g".into()
+        })
+    );
+    asked.topics = vec!["invoices".into()];
+    assert_eq!(
+        a.decide("ns/so", &asked),
+        Err(ScaleError::TopicNotWatched {
+            topic: "invoices".into()
+        })
+    );
 }
 
 /// A group `g` the brokers describe with no members, no commit moving:
