@@ -96,6 +96,8 @@ async fn the_five_scenarios_scale_only_the_consumer_bound_group_in_one_step() {
         Autoscaler::new(ScalePolicy::new().current_replicas(2), Some(&meter)).unwrap(),
     );
     let report = monitor_scenarios();
+    // Two cycles: a scale-up needs the backlog to persist past one.
+    scaler.observe(Arc::new(report.clone()));
     scaler.observe(Arc::new(report.clone()));
     let (mut client, stop) = serve(scaler).await;
 

@@ -22,7 +22,9 @@
 //!    or [`Dead`](Diagnosis::Dead)**: hold, reason the diagnosis; more
 //!    replicas do not help a hot partition, a poison record or a dead
 //!    consumer.
-//! 3. **[`ConsumerBound`](Diagnosis::ConsumerBound)**: the replica count
+//! 3. **[`ConsumerBound`](Diagnosis::ConsumerBound)** on two cycles in a
+//!    row (a backlog that persists past one cycle: not a burst, not the
+//!    records an ending transaction releases at once): the replica count
 //!    needed to keep up with the produce rate and drain the backlog within
 //!    the drain target, in one step:
 //!    `ceil(current x (produce rate + offset lag / drain target) / commit rate)`,
@@ -310,6 +312,8 @@ struct GroupState {
     members: Option<u32>,
     members_changed: bool,
     quiet_since: Option<SystemTime>,
+    /// Cycles in a row the group read `consumer_bound`.
+    bound_cycles: u32,
 }
 
 /// Per ScaledObject and group: the last answer, and when it last changed
@@ -422,6 +426,11 @@ impl Autoscaler {
             st.members_changed = st.seen && st.members != g.members;
             st.members = g.members;
             st.seen = true;
+            st.bound_cycles = if g.diagnosis == Diagnosis::ConsumerBound {
+                st.bound_cycles.saturating_add(1)
+            } else {
+                0
+            };
             let quiet = matches!(g.diagnosis, Diagnosis::Idle | Diagnosis::KeepingUp)
                 && (g.total_lag == 0
                     || g.max_time_lag
@@ -555,8 +564,15 @@ impl Autoscaler {
             let settled = served.and_then(|s| s.changed_at).is_none_or(|at| {
                 now.duration_since(at).unwrap_or_default() >= self.policy.settle_after
             });
+            // A backlog that persists past one cycle: a burst, or records
+            // an ending transaction released at once (the last stable
+            // offset jumps), is drained before the next cycle and is not
+            // a reason to add consumers.
+            let persisted = st.is_some_and(|s| s.bound_cycles >= 2);
             match needed(g, current, drain, partitions) {
-                Some(want) if want > held && settled => (want, ScaleAction::Up { from: held }),
+                Some(want) if want > held && settled && persisted => {
+                    (want, ScaleAction::Up { from: held })
+                }
                 _ => (held, ScaleAction::Steady),
             }
         } else {

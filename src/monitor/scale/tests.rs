@@ -23,6 +23,8 @@ fn scaler(policy: ScalePolicy) -> Autoscaler {
 fn the_five_scenarios_scale_up_only_the_consumer_bound_group() {
     let mut a = scaler(ScalePolicy::new().current_replicas(CURRENT));
     let report = scenarios::report();
+    // Two cycles: a scale-up needs the backlog to persist past one.
+    a.observe(Arc::new(report.clone()));
     a.observe(Arc::new(report.clone()));
     for g in &report.groups {
         let d = a.decide("ns/so", &request(&g.group)).unwrap();
@@ -183,6 +185,7 @@ fn the_cap_follows_the_assignor_and_the_topics_the_group_reads() {
         Arc::make_mut(&mut r).groups[0].assignor = assignor.map(str::to_owned);
         assert_eq!(r.groups[0].replica_cap(), cap, "{assignor:?}");
         let mut a = scaler(ScalePolicy::new());
+        a.observe(r.clone());
         a.observe(r);
         let d = a.decide("ns/so", &request("g")).unwrap();
         assert_eq!(
@@ -294,13 +297,19 @@ fn an_empty_group_is_answered_from_zero() {
 fn scales_up_in_one_step_capped_at_the_partition_count() {
     let mut a = scaler(ScalePolicy::new());
     // 2 members at 50/s for 100/s plus 800 records in 600 s: x2.03, so 5.
-    a.observe(report(
+    // On the first consumer-bound cycle, no step yet: the backlog must
+    // persist past one cycle.
+    let first = report(
         0,
         Diagnosis::ConsumerBound,
         Duration::from_secs(60),
         Some(2),
         "Stable",
-    ));
+    );
+    a.observe(first.clone());
+    let d = a.decide("ns/so", &request("g")).unwrap();
+    assert_eq!((d.replicas, d.action), (2, ScaleAction::Steady));
+    a.observe(first);
     let d = a.decide("ns/so", &request("g")).unwrap();
     assert_eq!((d.replicas, d.action), (5, ScaleAction::Up { from: 2 }));
     // Asked again in the same cycle (KEDA calls GetMetrics and IsActive):
@@ -386,13 +395,16 @@ fn scales_down_one_replica_after_a_quiet_period_well_below_the_scale_up_point() 
         .scale_down_after(Duration::from_secs(600));
     let mut a = scaler(policy);
     let ask = |a: &mut Autoscaler| a.decide("ns/so", &request("g")).unwrap();
-    a.observe(report(
+    // Two consumer-bound cycles: one step up.
+    let bound = report(
         0,
         Diagnosis::ConsumerBound,
         Duration::from_secs(60),
         Some(2),
         "Stable",
-    ));
+    );
+    a.observe(bound.clone());
+    a.observe(bound);
     assert_eq!(ask(&mut a).replicas, 5);
     // Caught up, but 20 s behind: above the scale-down point, so no step
     // however long it lasts.
