@@ -170,136 +170,6 @@ fn run(
     last.unwrap()
 }
 
-/// The brokers describe the group with no members: records waiting make
-/// it `dead` from its first sample (no history needed), nothing waiting
-/// `idle`.
-#[test]
-fn an_empty_group_with_records_waiting_is_dead_from_its_first_sample() {
-    let r = GroupTracker::default().evaluate(
-        "g",
-        &[
-            obs(0, Some(5), 0, 9, at(5, NOW_MS - 3_000)),
-            obs(1, Some(7), 0, 7, HeadRead::NotNeeded),
-        ],
-        Some(0),
-        &rules(),
-        Instant::now(),
-        NOW_MS,
-    );
-    assert_eq!(r.diagnosis, Diagnosis::Dead);
-    assert_eq!(
-        r.named,
-        vec![TopicPartition {
-            topic: "t".into(),
-            partition: 0
-        }]
-    );
-    assert!(
-        matches!(&r.scaling, Scaling::Withheld { reason } if reason.contains("no members while records wait")),
-        "{:?}",
-        r.scaling
-    );
-    let r = GroupTracker::default().evaluate(
-        "g",
-        &[obs(0, Some(9), 0, 9, HeadRead::NotNeeded)],
-        Some(0),
-        &rules(),
-        Instant::now(),
-        NOW_MS,
-    );
-    assert_eq!(r.diagnosis, Diagnosis::Idle);
-}
-
-/// A group that commits every 50 s (auto commit at a long interval) while
-/// keeping up: records arrive at 10/s and the time lag stays at most 50 s,
-/// under the 60 s threshold. Its commits are frozen for 50 s at a time,
-/// longer than `stall_after` (30 s): once the monitor has seen one commit
-/// move, it is never `dead` (it was for 20 s of every 50). Before that move
-/// the monitor knows nothing of the rhythm: a freeze since its first sample
-/// counts against `stall_after` (here 30-40 s, the one window left). When
-/// the group really stops, it is `dead` once the freeze outlasts twice its
-/// rhythm.
-#[test]
-fn a_group_with_a_slow_commit_rhythm_is_not_dead_between_its_commits() {
-    let rules = Rules {
-        window: Duration::from_secs(300),
-        stall_after: Duration::from_secs(30),
-        lag_threshold: Duration::from_secs(60),
-        ..rules()
-    };
-    let mut g = GroupTracker::default();
-    let t0 = Instant::now();
-    let offset = |t: i64| 10 * (t + 1_000);
-    // The last commit at or before `t` (every 50 s from -10 s), until the
-    // group stops committing at `stop`.
-    let last_commit = |t: i64, stop: i64| {
-        let t = t.min(stop);
-        -10 + (t + 10).div_euclid(50) * 50
-    };
-    let mut dead_at = None;
-    for step in 0..120 {
-        let t = step * 5;
-        let stop = 400;
-        let c = last_commit(t, stop);
-        let r = g.evaluate(
-            "g",
-            &[obs(
-                0,
-                Some(offset(c)),
-                0,
-                offset(t),
-                at(offset(c), NOW_MS + c * 1000),
-            )],
-            Some(1),
-            &rules,
-            t0 + Duration::from_secs(t as u64),
-            NOW_MS + t * 1000,
-        );
-        if (40..stop + 50).contains(&t) {
-            assert_ne!(r.diagnosis, Diagnosis::Dead, "at {t} s: {r:#?}");
-        } else if t >= stop && r.diagnosis == Diagnosis::Dead && dead_at.is_none() {
-            dead_at = Some(t);
-        }
-    }
-    // Stopped after its commit at 390 s, which caught up: records wait
-    // from the next cycle (395 s). The cycles bound the rhythm from below
-    // at 45 s (the last cycle without a move 45 s after the move), so it is
-    // frozen for twice that (90 s) at 485 s.
-    assert_eq!(dead_at, Some(485));
-}
-
-/// A frozen partition is `stalled` while its log end moves, and no longer
-/// once the producer stopped for `stall_after` (5 s): it was `stalled` for
-/// as long as it stayed frozen.
-#[test]
-fn stalled_ends_when_the_producer_stops() {
-    let mut g = GroupTracker::default();
-    let t0 = Instant::now();
-    let mut statuses = Vec::new();
-    for c in 0..20i64 {
-        // Records arrive for 10 s, then stop; the commit stays at 100.
-        let end = 200 + 10 * c.min(10);
-        let r = g.evaluate(
-            "g",
-            &[
-                obs(0, Some(100), 0, end, at(100, NOW_MS - 3_000)),
-                obs(1, Some(50 + c), 0, 50 + c, HeadRead::NotNeeded),
-            ],
-            Some(1),
-            &rules(),
-            t0 + Duration::from_secs(c as u64),
-            NOW_MS + c * 1000,
-        );
-        statuses.push(r.partitions[0].status);
-    }
-    assert_eq!(statuses[8], LagStatus::Stalled, "{statuses:?}");
-    assert_eq!(statuses[10], LagStatus::Stalled, "{statuses:?}");
-    assert!(
-        statuses[16..].iter().all(|s| *s != LagStatus::Stalled),
-        "still stalled 6 s after the producer stopped: {statuses:?}"
-    );
-}
-
 #[test]
 fn idle_and_no_offsets() {
     let r = run(&mut GroupTracker::default(), &rules(), 2, |_| {
@@ -310,77 +180,6 @@ fn idle_and_no_offsets() {
         vec![obs(0, None, 0, 5, HeadRead::NotNeeded)]
     });
     assert_eq!(r.diagnosis, Diagnosis::NoOffsets);
-}
-
-#[test]
-fn frozen_everywhere_while_the_log_end_moves_is_dead_from_stall_after() {
-    // A killed consumer under steady traffic: commits frozen at 100, 10
-    // records a second arriving on every partition, time lag growing with
-    // the clock. Every partition with records waiting is frozen and none
-    // advances: `dead` as soon as they are frozen (stall_after, 5 s), not
-    // `stuck` until the window (10 s) passes.
-    let f = |c: i64| {
-        (0..4)
-            .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
-            .collect::<Vec<_>>()
-    };
-    let mut g = GroupTracker::default();
-    let t0 = Instant::now();
-    let diagnoses: Vec<Diagnosis> = (0..12)
-        .map(|c| {
-            g.evaluate(
-                "g",
-                &f(c),
-                None,
-                &rules(),
-                t0 + Duration::from_secs(c as u64),
-                NOW_MS + c * 1000,
-            )
-            .diagnosis
-        })
-        .collect();
-    assert!(
-        !diagnoses.contains(&Diagnosis::Stuck),
-        "never stuck: {diagnoses:?}"
-    );
-    let mut g = GroupTracker::default();
-    let r = run(&mut g, &rules(), 5, f);
-    assert_ne!(r.diagnosis, Diagnosis::Dead, "frozen 4 s < stall_after");
-    let r = run(&mut GroupTracker::default(), &rules(), 7, f);
-    assert_eq!(r.diagnosis, Diagnosis::Dead, "frozen 6 s >= stall_after");
-    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled
-        && p.log_end_moved
-        && p.waiting_for == Some(Duration::from_secs(6))));
-    let r = run(&mut g, &rules(), 12, f);
-    assert_eq!(r.diagnosis, Diagnosis::Dead);
-    assert_eq!(r.named.len(), 4);
-    assert!(matches!(r.scaling, Scaling::Withheld { .. }));
-    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled));
-}
-
-#[test]
-fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
-    // Commits frozen at 100 over a backlog that does not grow (a killed
-    // consumer after the producers stopped): the record at the committed
-    // offset was stamped 25 s before the first cycle, so its time lag
-    // crosses the 30 s threshold at cycle 5.
-    let f = |_c: i64| {
-        (0..4)
-            .map(|p| obs(p, Some(100), 0, 200, at(100, NOW_MS - 25_000)))
-            .collect::<Vec<_>>()
-    };
-    let mut g = GroupTracker::default();
-    let r = run(&mut g, &rules(), 7, f);
-    for p in &r.partitions {
-        assert_eq!(p.status, LagStatus::Lagging, "{p:?}");
-        assert!(!p.log_end_moved);
-        assert_eq!(p.waiting_for, Some(Duration::from_secs(6)));
-    }
-    assert_ne!(r.diagnosis, Diagnosis::Stuck, "no log end moved");
-    assert_eq!(r.diagnosis, Diagnosis::Dead, "dead covers a static backlog");
-    let r = run(&mut g, &rules(), 12, f);
-    assert_eq!(r.diagnosis, Diagnosis::Dead);
-    assert!(r.partitions.iter().all(|p| p.status == LagStatus::Lagging));
 }
 
 #[test]
@@ -409,61 +208,6 @@ fn records_waiting_with_an_unknown_time_lag_are_never_ok() {
 }
 
 #[test]
-fn partitions_that_stop_a_little_apart_are_dead_never_stuck() {
-    // A killed consumer's last commits land a little apart: partition 0
-    // stops at cycle 0, partition 1 two cycles later (less than
-    // stall_after, 5 s); records keep arriving on both. Partition 0 is
-    // stalled from cycle 5 while partition 1's last move is not "after it
-    // had been frozen for stall_after": never `stuck`; `dead` once both are
-    // frozen.
-    let mut g = GroupTracker::default();
-    let t0 = Instant::now();
-    let mut seen = Vec::new();
-    for c in 0..12i64 {
-        let r = g.evaluate(
-            "g",
-            &[
-                obs(0, Some(100), 0, 200 + 10 * c, at(100, NOW_MS)),
-                obs(
-                    1,
-                    Some(100 + c.min(2)),
-                    0,
-                    200 + 10 * c,
-                    at(100 + c.min(2), NOW_MS),
-                ),
-            ],
-            None,
-            &rules(),
-            t0 + Duration::from_secs(c as u64),
-            NOW_MS + c * 1000,
-        );
-        seen.push(r.diagnosis);
-    }
-    assert!(!seen.contains(&Diagnosis::Stuck), "{seen:?}");
-    assert_eq!(seen[11], Diagnosis::Dead, "{seen:?}");
-}
-
-#[test]
-fn one_frozen_partition_beside_advancing_ones_is_stuck_not_dead() {
-    // Partition 1 frozen while its log end moves, partition 0 committing
-    // every cycle: `stuck` past the window, never `dead`.
-    let r = run(&mut GroupTracker::default(), &rules(), 25, |c| {
-        vec![
-            obs(
-                0,
-                Some(10 * c),
-                0,
-                10 * c + 2,
-                at(10 * c, NOW_MS + c * 1000),
-            ),
-            obs(1, Some(7), 0, 9 + 10 * c, at(7, NOW_MS - 1000)),
-        ]
-    });
-    assert_eq!(r.diagnosis, Diagnosis::Stuck);
-    assert_eq!(r.named.len(), 1);
-}
-
-#[test]
 fn transaction_markers_the_probe_read_past_are_not_lag() {
     // The committed offset sits before the last commit marker of an idle
     // transactional partition; the probe reached the end without a
@@ -478,37 +222,6 @@ fn transaction_markers_the_probe_read_past_are_not_lag() {
     );
     assert_eq!(p.timestamp, HeadTimestamp::CaughtUp);
     assert_eq!(r.diagnosis, Diagnosis::Idle);
-}
-
-#[test]
-fn records_after_a_long_idle_spell_are_neither_stalled_nor_dead() {
-    // Idle (lag 0, commits unchanged) for 30 s, then records arrive and
-    // keep arriving: the stall clock starts when they do.
-    let mut g = GroupTracker::default();
-    let r = run(&mut g, &rules(), 31, |_| {
-        vec![obs(0, Some(100), 0, 100, HeadRead::NotNeeded)]
-    });
-    assert_eq!(r.diagnosis, Diagnosis::Idle);
-    let t0 = Instant::now() + Duration::from_secs(31);
-    for c in 0..3u64 {
-        let r = g.evaluate(
-            "g",
-            &[obs(0, Some(100), 0, 101 + c as i64, at(100, NOW_MS))],
-            None,
-            &rules(),
-            t0 + Duration::from_secs(c),
-            NOW_MS,
-        );
-        let p = &r.partitions[0];
-        assert!(
-            p.commit_unchanged_for.unwrap() >= Duration::from_secs(30),
-            "{p:?}"
-        );
-        assert_eq!(p.waiting_for, Some(Duration::from_secs(c)));
-        assert_eq!(p.status, LagStatus::Ok, "cycle {c}");
-        assert_ne!(r.diagnosis, Diagnosis::Dead, "cycle {c}");
-        assert_ne!(r.diagnosis, Diagnosis::Stuck, "cycle {c}");
-    }
 }
 
 #[test]
@@ -545,32 +258,6 @@ fn lag_counts_to_the_last_stable_offset_under_read_committed() {
     let o = observation("t", 0, (0, 18, 13), Some(10), true);
     let r = GroupTracker::default().evaluate("g", &[o], None, &rules(), Instant::now(), NOW_MS);
     assert_eq!(r.partitions[0].offset_lag, Some(3));
-}
-
-#[test]
-fn stuck_names_the_frozen_partition() {
-    let r = run(&mut GroupTracker::default(), &rules(), 8, |c| {
-        vec![
-            obs(
-                0,
-                Some(10 + 50 * c),
-                0,
-                12 + 50 * c,
-                at(10 + 50 * c, NOW_MS),
-            ),
-            obs(1, Some(7), 0, 9 + 50 * c, at(7, NOW_MS - 1000)),
-            obs(2, Some(10 + 50 * c), 0, 10 + 50 * c, HeadRead::NotNeeded),
-        ]
-    });
-    assert_eq!(r.diagnosis, Diagnosis::Stuck);
-    assert_eq!(
-        r.named,
-        vec![TopicPartition {
-            topic: "t".into(),
-            partition: 1
-        }]
-    );
-    assert!(matches!(r.scaling, Scaling::Withheld { .. }));
 }
 
 /// The issue-45 scenario: 6 partitions, 2 consumers, 95 % of the traffic
@@ -823,3 +510,6 @@ fn no_drain_time_from_noise_between_the_rates() {
     // (10,000 - 7 x 100) / 100 = 93 s.
     assert!(d.as_secs_f64() > 60.0 && d.as_secs_f64() < 120.0, "{d:?}");
 }
+
+/// Freezes: `dead`, `stuck`, `stalled`, the commit rhythm, empty groups.
+mod freeze;
