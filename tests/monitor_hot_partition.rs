@@ -6,7 +6,11 @@
 //! monitor runs at its **defaults**: the one-shot report calls the group
 //! `skewed` and names partition 0, and the KEDA scaler (a `fresh-monitor
 //! --keda-grpc` process) never asks for more than the 2 replicas running
-//! (it used to ask for the 6-partition cap).
+//! (it used to ask for the 6-partition cap). The same with the
+//! `cooperative-sticky` assignor and in a KIP-848 group
+//! (`group.protocol=consumer`, where the brokers assign), and on Apache
+//! Kafka the report names each partition's owner from the members'
+//! assignments (DescribeGroups / ConsumerGroupDescribe).
 //!
 //! On the embedded broker, which does not describe groups, the scaler is
 //! told the current count (`--replicas 2`); everything else is the same.
@@ -20,12 +24,8 @@ mod externalscaler;
 #[path = "keda/process.rs"]
 mod scaler;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 use scaler::{Scaler, object};
 use support::child::{self, ChildProcess};
@@ -37,44 +37,62 @@ const WAIT: Duration = Duration::from_secs(90);
 /// The plain consumer's time per record (its "handler").
 const HANDLER_MS: u64 = 10;
 
-/// A plain librdkafka consumer process: auto commit (every 5 s, the
-/// default), the default assignors (`range,roundrobin`: range), 10 ms per
-/// record. A no-op unless started by the test below; stops when its stdin
-/// closes.
+/// A plain librdkafka consumer process ([`child::plain_consumer`]), 10 ms
+/// per record. A no-op unless started by the test below; stops when its
+/// stdin closes.
 #[test]
 fn plain_consumer() {
-    let Some(target) = child::target() else {
-        return;
-    };
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &target.bootstrap)
-        .set("group.id", &target.group)
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", child::var("FRESH_CHILD_SESSION_MS"))
-        .create()
-        .expect("consumer");
-    consumer.subscribe(&[&target.topic]).expect("subscribe");
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-        flag.store(true, Ordering::Release);
-    });
-    println!("plain consumer running");
-    while !stop.load(Ordering::Acquire) {
-        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
-            std::thread::sleep(Duration::from_millis(HANDLER_MS));
-        }
+    if let Some(target) = child::target() {
+        child::plain_consumer(&target, Duration::from_millis(HANDLER_MS));
     }
-    consumer.unsubscribe();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
+    hot_partition("range (the default)", &[], &[0]).await;
+}
+
+/// A hot partition on each of the two consumers (range: partitions 0 and 3),
+/// each half of the group's backlog, so no group-wide share singles one
+/// out: only the members' assignments show that each consumer is bound by
+/// one partition. Apache Kafka only (the embedded broker does not describe
+/// the assignments).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_partition_on_each_consumer_is_skewed_and_not_scaled() {
+    hot_partition("two hot partitions, range", &[], &[0, 3]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_the_cooperative_sticky_assignor() {
+    hot_partition(
+        "cooperative-sticky",
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+        &[0],
+    )
+    .await;
+}
+
+/// KIP-848: the brokers assign (`uniform`), and describe the group with
+/// ConsumerGroupDescribe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_in_a_kip848_group() {
+    hot_partition(
+        "KIP-848 (group.protocol=consumer)",
+        &[("group.protocol", "consumer")],
+        &[0],
+    )
+    .await;
+}
+
+/// The scenario with plain consumers configured with `props`, 95 % of the
+/// traffic spread over the `hot` partitions.
+async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32]) {
     support::logs::init();
     let (cluster, topic, group) = TestCluster::with_topic("hot-shared", PARTITIONS).await;
+    if hot.len() > 1 && !cluster.is_real() {
+        eprintln!("skipped: needs a broker that describes the members' assignments");
+        return;
+    }
     // A backlog stamped 90 s ago (past the default 60 s lag threshold):
     // 5,000 records on partition 0, 20 on each of the others. The consumer
     // that owns partitions 0-2 gets partition 0's records first (one fetch
@@ -84,7 +102,7 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
     let old = now_ms() - 90_000;
     let mut pending = Vec::new();
     for p in 0..PARTITIONS {
-        for i in 0..if p == 0 { 5_000 } else { 20 } {
+        for i in 0..if hot.contains(&p) { 5_000 } else { 20 } {
             let key = format!("k{i}");
             pending.push(
                 cluster.enqueue(
@@ -108,12 +126,14 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut consumers: Vec<ChildProcess> = (0..2)
         .map(|i| {
-            let command = child::command("plain_consumer", &cluster, &group, &topic);
+            let mut command = child::command("plain_consumer", &cluster, &group, &topic);
+            child::plain_props(&mut command, props);
             ChildProcess::spawn(format!("plain-{i}"), &dir, command)
         })
         .collect();
 
-    // Live traffic: 95 % to partition 0.
+    // Live traffic: 95 % to the hot partitions.
+    let cold: Vec<i32> = (0..PARTITIONS).filter(|p| !hot.contains(p)).collect();
     let producing = {
         let producer = cluster.producer().clone();
         let topic = topic.clone();
@@ -121,9 +141,9 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
             let mut n = 0u64;
             loop {
                 let p = if n % 20 == 19 {
-                    1 + (n / 20 % 5) as i32
+                    cold[(n / 20) as usize % cold.len()]
                 } else {
-                    0
+                    hot[n as usize % hot.len()]
                 };
                 let record = FutureRecord::to(&topic)
                     .partition(p)
@@ -169,7 +189,11 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
             );
             // Both consumers joined (where the broker says so) and the
             // backlog is behind the threshold: the diagnosis to check.
-            let joined = !cluster.is_real() || g["members"] == 2;
+            // Both joined and every partition assigned (a cooperative
+            // rebalance takes two rounds: between them some are unowned).
+            let joined = !cluster.is_real()
+                || (g["members"] == 2
+                    && (0..PARTITIONS as usize).all(|p| !g["partitions"][p]["owner"].is_null()));
             let settled = !["keeping_up", "idle", "no_offsets"]
                 .iter()
                 .any(|d| g["diagnosis"] == *d);
@@ -179,11 +203,39 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
         }
     })
     .await;
-    assert_eq!(report["diagnosis"], "skewed", "{report:#}");
+    assert_eq!(report["diagnosis"], "skewed", "{label}: {report:#}");
+    if cluster.is_real() {
+        // The brokers describe who owns what: every partition has an owner,
+        // two members between them, each hot partition's with others
+        // beside it.
+        let owners: Vec<String> = (0..PARTITIONS as usize)
+            .map(|p| {
+                report["partitions"][p]["owner"]["member_id"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{label}: partition {p} has no owner: {report:#}"))
+                    .to_owned()
+            })
+            .collect();
+        let mut members = owners.clone();
+        members.sort();
+        members.dedup();
+        assert_eq!(members.len(), 2, "{label}: {owners:?}");
+        for &p in hot {
+            let with = owners.iter().filter(|o| **o == owners[p as usize]).count();
+            assert!(
+                with > 1,
+                "{label}: partition {p} shares its consumer: {owners:?}"
+            );
+        }
+    }
+    let named: Vec<serde_json::Value> = hot
+        .iter()
+        .map(|p| serde_json::json!({"topic": topic, "partition": p}))
+        .collect();
     assert_eq!(
         report["named"],
-        serde_json::json!([{"topic": topic, "partition": 0}]),
-        "{report:#}"
+        serde_json::json!(named),
+        "{label}: {report:#}"
     );
 
     // The scaler, asked as KEDA asks over six of its cycles: never more
@@ -203,9 +255,12 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
     }
     assert!(
         asked.iter().all(|&n| n <= 2),
-        "the scaler asked for {asked:?} replicas (2 running, 6 partitions)"
+        "{label}: the scaler asked for {asked:?} replicas (2 running, 6 partitions)"
     );
-    eprintln!("hot partition sharing its consumer: skewed; the scaler asked {asked:?}");
+    eprintln!(
+        "hot partition sharing its consumer, {label}: skewed ({}); the scaler asked {asked:?}",
+        report["suggestion_withheld"]
+    );
     producing.abort();
     for c in &mut consumers {
         let _ = c.stop().await;

@@ -16,7 +16,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const METRICS_RS: &str = include_str!("../src/metrics/names.rs");
+const METRICS_RS: &str = concat!(
+    include_str!("../src/metrics/names.rs"),
+    include_str!("../src/metrics/monitor_names.rs")
+);
 
 /// Series the rules read that the library does not export: signals a team
 /// emits itself (documented where the rules use them).

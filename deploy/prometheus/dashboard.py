@@ -17,7 +17,7 @@ Usage (from anywhere):
 
 --check also parses every query with `promtool check rules` (as the
 expression of a throwaway recording rule) when promtool is on PATH; the
-names in the queries are checked against src/metrics/names.rs by
+names in the queries are checked against src/metrics/{names,monitor_names}.rs by
 tests/prometheus_names.rs.
 """
 

@@ -24,10 +24,12 @@
 
 pub(crate) mod flush;
 pub(crate) mod instruments;
+mod monitor_names;
 mod names;
 pub(crate) mod partition;
 mod provider;
 
+pub use monitor_names::*;
 pub use names::*;
 pub use provider::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
 

@@ -389,7 +389,7 @@ pub const PARTITION_HEAD_AGE: &str = "fresh_consumer.partition.head.age";
 /// Was `fresh_consumer.partition.stalled.duration` before 0.2.0:
 /// OpenTelemetry's naming guide keeps `.duration` for histograms of
 /// operations, and this is a gauge of time since, named like the library's
-/// other time-since gauges ([`PARTITION_HEAD_AGE`], [`MONITOR_COMMIT_AGE`]).
+/// other time-since gauges ([`PARTITION_HEAD_AGE`], [`MONITOR_COMMIT_AGE`](super::MONITOR_COMMIT_AGE)).
 pub const PARTITION_STALL_AGE: &str = "fresh_consumer.partition.stall.age";
 
 /// The partition's status as a state set: one point per status value of
@@ -417,7 +417,7 @@ pub const RETENTION_OVERRUN_MESSAGES: &str = "fresh_consumer.retention.overrun.m
 /// delete before it reaches one the group has not processed; negative once
 /// it deleted unread records (then [`RETENTION_OVERRUN_MESSAGES`] counts
 /// them when the consumer reaches them). The same number as the group
-/// monitor's [`MONITOR_RETENTION_MARGIN`], from inside the consumer.
+/// monitor's [`MONITOR_RETENTION_MARGIN`](super::MONITOR_RETENTION_MARGIN), from inside the consumer.
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -435,7 +435,7 @@ pub const PARTITION_RETENTION_MARGIN: &str = "fresh_consumer.partition.retention
 /// of an assigned partition: [`PARTITION_RETENTION_MARGIN`] divided by how
 /// many records per second the log start gained on the committed offset
 /// over the last 5 minutes of statistics reports (the estimator of the
-/// group monitor's [`MONITOR_RETENTION_ETA`]).
+/// group monitor's [`MONITOR_RETENTION_ETA`](super::MONITOR_RETENTION_ETA)).
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -493,172 +493,13 @@ pub const REBALANCE_IN_PROGRESS: &str = "fresh_consumer.rebalance.in_progress";
 /// | gauge (i64) | `{partition}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
 pub const ASSIGNMENT_SIZE: &str = "fresh_consumer.assignment.size";
 
-// The group monitor (`crate::monitor`): gauges observed from its latest
-// report at each collection, per watched group and partition, read from the
-// brokers (not from inside a consumer). Same attributes as the in-process
-// metrics, so one dashboard serves both.
-
-/// Offset lag seen from outside: the end the group reads to (the last
-/// stable offset under `read_committed`, the high watermark otherwise)
-/// minus the group's committed offset, deleted records included.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `{message}` | partition attributes |
-///
-/// Observed from the monitor's latest cycle (ListOffsets and OffsetFetch);
-/// absent for a partition without a committed offset.
-pub const MONITOR_LAG: &str = "fresh_consumer.monitor.lag";
-
-/// Time lag: the monitor's clock minus the timestamp of the record at the
-/// group's committed offset (the oldest record the group has not
-/// processed); 0 when the offset lag is 0 or the timestamp is in the
-/// future. The primary freshness signal, and it keeps growing when the
-/// consumers are dead.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (f64) | `s` | partition attributes, [`TIMESTAMP_TYPE`] |
-///
-/// [`TIMESTAMP_TYPE`] is `create_time`, `log_append_time` or `none` (lag
-/// 0, nothing read). Absent when unknown: no committed offset, no usable
-/// timestamp (counted in [`MONITOR_TIMESTAMP_MISSING`]), or the record was
-/// not read within the read timeout.
-pub const MONITOR_TIME_LAG: &str = "fresh_consumer.monitor.time_lag";
-
-/// Time since the group's committed offset for the partition last changed,
-/// as seen by the monitor (a lower bound, from the monitor's start, until
-/// it changes once).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (f64) | `s` | partition attributes |
-pub const MONITOR_COMMIT_AGE: &str = "fresh_consumer.monitor.commit.age";
-
-/// Retention margin in records: the committed offset minus the log start
-/// offset; negative when retention deleted records the group had not read
-/// (out of range). In-process: [`PARTITION_RETENTION_MARGIN`].
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `{message}` | partition attributes |
-pub const MONITOR_RETENTION_MARGIN: &str = "fresh_consumer.monitor.retention.margin";
-
-/// Estimated time until the log start passes the committed offset: the
-/// margin divided by how much faster the log start moved than the
-/// committed offset over the monitor's window (the estimator of the
-/// in-process [`PARTITION_RETENTION_ETA`]).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (f64) | `s` | partition attributes |
-///
-/// Absent while the log start is not gaining on the committed offset (it
-/// did not move over the window, or the commits move at least as fast), and
-/// once the margin is not positive.
-pub const MONITOR_RETENTION_ETA: &str = "fresh_consumer.monitor.retention.eta";
-
-/// The partition's status as seen by the monitor, as a state set: one point
-/// per [`STATUS`] value `ok`, `lagging`, `stalled`, `out_of_range`,
-/// `no_committed_offset`, `time_lag_unknown`, 1 for the current one (see
-/// [`LagStatus`](crate::monitor::LagStatus)).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `1` | partition attributes, [`STATUS`] |
-pub const MONITOR_PARTITION_STATUS: &str = "fresh_consumer.monitor.partition.status";
-
-/// The group's diagnosis as a state set: one point per [`DIAGNOSIS`] value,
-/// 1 for the current one (see [`Diagnosis`](crate::monitor::Diagnosis)).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`DIAGNOSIS`] |
-pub const MONITOR_GROUP_DIAGNOSIS: &str = "fresh_consumer.monitor.group.diagnosis";
-
-/// Estimated time to drain the group's backlog at the recent commit rate
-/// (summed offset lag over commit rate minus produce rate, over the
-/// window).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (f64) | `s` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-///
-/// Absent while the group is not gaining on the log end.
-pub const MONITOR_DRAIN_TIME: &str = "fresh_consumer.monitor.group.drain_time";
-
-/// Replicas suggested for a `consumer_bound` group: never above the
-/// partition count.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `{replica}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-///
-/// Absent unless the diagnosis is `consumer_bound` and the current replica
-/// count was given ([`GroupMonitor::current_replicas`](crate::monitor::GroupMonitor::current_replicas));
-/// withheld for `skewed`, `stuck` and `dead`.
-pub const MONITOR_REPLICAS_SUGGESTED: &str = "fresh_consumer.monitor.group.replicas.suggested";
-
-/// Records read at a group's committed offsets that had no usable
-/// timestamp (their time lag is unknown), each record counted once.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-///
-/// Was `fresh_consumer.monitor.timestamp.missing` before 0.2.0.
-pub const MONITOR_TIMESTAMP_MISSING: &str = "fresh_consumer.monitor.timestamp.missing.messages";
-
-/// Records read at a group's committed offsets whose timestamp was later
-/// than the monitor's clock (their time lag is reported as 0), each record
-/// counted once.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | counter (u64) | `{message}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-///
-/// Was `fresh_consumer.monitor.timestamp.future` before 0.2.0.
-pub const MONITOR_TIMESTAMP_FUTURE: &str = "fresh_consumer.monitor.timestamp.future.messages";
-
-/// Monitor cycles run; the failed ones carry [`ERROR_TYPE`] = `kafka` (a
-/// read failed), `unknown_topic` (a watched topic disappeared) or
-/// `reader_panicked`.
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | counter (u64) | `{cycle}` | [`MESSAGING_SYSTEM`], [`ERROR_TYPE`] on failure |
-pub const MONITOR_CYCLES: &str = "fresh_consumer.monitor.cycles";
-
-/// The KEDA external scaler's holds, as a state set per group it was asked
-/// about: one point per [`SCALE_HOLD_REASON`] (`rebalancing`, `skewed`,
-/// `stuck`, `dead`), 1 for the reason it holds the group's replica count
-/// at its last answer, all 0 while it does not hold (see
-/// [`monitor::scale`](crate::monitor::scale)).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `1` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`], [`SCALE_HOLD_REASON`] |
-pub const MONITOR_SCALE_HELD: &str = "fresh_consumer.monitor.scale.held";
-
-/// The replica count the KEDA external scaler last answered for a group
-/// (the metric value KEDA's HPA targets at 1 per replica).
-///
-/// | instrument | unit | attributes |
-/// |---|---|---|
-/// | gauge (i64) | `{replica}` | [`MESSAGING_SYSTEM`], [`MESSAGING_CONSUMER_GROUP_NAME`] |
-pub const MONITOR_SCALE_REPLICAS: &str = "fresh_consumer.monitor.scale.replicas";
-
-/// Attribute `fresh_consumer.diagnosis`: a group diagnosis, `no_offsets`,
-/// `idle`, `dead`, `stuck`, `skewed`, `consumer_bound` or `keeping_up`.
-pub const DIAGNOSIS: &str = "fresh_consumer.diagnosis";
-
 /// Attribute `fresh_consumer.lag.position`: what [`PARTITION_LAG`] counts
 /// from: `committed` or `processed`.
 pub const LAG_POSITION: &str = "fresh_consumer.lag.position";
 /// Attribute `fresh_consumer.status`: a partition status, `ok`, `warn`,
 /// `stall`, `stop` or `rewind` (in-process, [`PARTITION_STATUS`]); `ok`,
 /// `lagging`, `stalled`, `out_of_range`, `no_committed_offset` or
-/// `time_lag_unknown` (the monitor, [`MONITOR_PARTITION_STATUS`]).
+/// `time_lag_unknown` (the monitor, [`MONITOR_PARTITION_STATUS`](super::MONITOR_PARTITION_STATUS)).
 pub const STATUS: &str = "fresh_consumer.status";
 /// Attribute `fresh_consumer.offset.reset.reason`: `retention_overrun`,
 /// `above_high_watermark` or `no_committed_offset`.
@@ -667,8 +508,8 @@ pub const OFFSET_RESET_REASON: &str = "fresh_consumer.offset.reset.reason";
 /// `lost`.
 pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
 /// Attribute `fresh_consumer.scale.hold.reason`: why the KEDA scaler holds
-/// a group's replica count, `rebalancing`, `skewed`, `stuck` or `dead`
-/// ([`HoldReason`](crate::monitor::scale::HoldReason)).
+/// a group's replica count, `rebalancing`, `skewed`, `stuck`, `dead` or
+/// `open_transaction` ([`HoldReason`](crate::monitor::scale::HoldReason)).
 pub const SCALE_HOLD_REASON: &str = "fresh_consumer.scale.hold.reason";
 
 /// Attribute `fresh_consumer.retry.tier`: a retry tier, from `1` (see
@@ -741,7 +582,7 @@ pub const OTEL_COMPONENT_NAME: &str = "otel.component.name";
 /// Attribute `fresh_consumer.timestamp.type`: where the event time came from:
 /// `create_time`, `log_append_time`, `header` or `origin` (the upstream
 /// origin time, [`FreshConsumer::origin_time`](crate::FreshConsumer::origin_time)) (the monitor's
-/// [`MONITOR_TIME_LAG`]: `create_time`, `log_append_time` or `none`).
+/// [`MONITOR_TIME_LAG`](super::MONITOR_TIME_LAG): `create_time`, `log_append_time` or `none`).
 pub const TIMESTAMP_TYPE: &str = "fresh_consumer.timestamp.type";
 
 /// How a transaction ended ([`TRANSACTIONS`], [`TRANSACTION_DURATION`]):

@@ -1,5 +1,5 @@
-//! The member count and state of consumer groups as the brokers describe
-//! them, through librdkafka's DescribeConsumerGroups admin call: it asks
+//! The members (and the partitions each owns) and state of consumer groups
+//! as the brokers describe them, through librdkafka's DescribeConsumerGroups admin call: it asks
 //! ConsumerGroupDescribe (KIP-848, for groups of `group.protocol=consumer`,
 //! classic members of an upgraded group included) and falls back to
 //! DescribeGroups for classic groups, so both kinds are described. The
@@ -28,6 +28,76 @@ pub(crate) struct Described {
     pub(crate) state: String,
     /// Its partition assignor, if the brokers name one.
     pub(crate) assignor: Option<String>,
+    /// Its members and the partitions each owns (librdkafka decodes a
+    /// classic member's assignment with the consumer protocol, and reads a
+    /// KIP-848 member's from ConsumerGroupDescribe).
+    pub(crate) assignments: Vec<Member>,
+}
+
+/// One member of a described group and its assigned partitions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub(crate) member_id: String,
+    pub(crate) client_id: String,
+    pub(crate) host: String,
+    /// `(topic, partition)`; empty when it owns none, or when its
+    /// assignment could not be decoded (a classic group whose protocol is
+    /// not the consumer protocol).
+    pub(crate) partitions: Vec<(String, i32)>,
+}
+
+/// A C string owned by librdkafka, copied; empty for a null pointer.
+///
+/// # Safety
+/// `ptr` is null or a live NUL-terminated string.
+unsafe fn text(ptr: *const c_char) -> String {
+    if ptr.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { CStr::from_ptr(ptr) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// The members of `desc` and their assignments.
+///
+/// # Safety
+/// `desc` is a live group description of a live result event.
+unsafe fn members(desc: *const rd::rd_kafka_ConsumerGroupDescription_t) -> Vec<Member> {
+    // SAFETY: the caller's contract; every pointer read belongs to `desc`.
+    unsafe {
+        let count = rd::rd_kafka_ConsumerGroupDescription_member_count(desc);
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            let m = rd::rd_kafka_ConsumerGroupDescription_member(desc, i);
+            if m.is_null() {
+                continue;
+            }
+            let mut partitions = Vec::new();
+            let assignment = rd::rd_kafka_MemberDescription_assignment(m);
+            let list = if assignment.is_null() {
+                std::ptr::null()
+            } else {
+                rd::rd_kafka_MemberAssignment_partitions(assignment)
+            };
+            if !list.is_null() {
+                let list = &*list;
+                for j in 0..usize::try_from(list.cnt).unwrap_or(0) {
+                    let tp = &*list.elems.add(j);
+                    partitions.push((text(tp.topic), tp.partition));
+                }
+            }
+            out.push(Member {
+                member_id: text(rd::rd_kafka_MemberDescription_consumer_id(m)),
+                client_id: text(rd::rd_kafka_MemberDescription_client_id(m)),
+                host: text(rd::rd_kafka_MemberDescription_host(m)),
+                partitions,
+            });
+        }
+        out
+    }
 }
 
 /// Describes `groups` in one request and waits up to `timeout` (plus a
@@ -128,6 +198,7 @@ unsafe fn read_result(
                     members: u32::try_from(members).unwrap_or(u32::MAX),
                     state,
                     assignor,
+                    assignments: self::members(desc),
                 })
             } else {
                 Err(rd::rd_kafka_error_code(error).into())

@@ -3,12 +3,13 @@
 //! diagnosis and the replica suggestion. No I/O: every rule is tested here
 //! on synthetic samples.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::health::retention::{RetentionSample, estimate, rate};
 use crate::monitor::report::{
-    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, Scaling, replica_cap,
+    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, PartitionOwner, Scaling,
+    replica_cap,
 };
 use crate::record::RecordTimestamp;
 use crate::summary::TopicPartition;
@@ -55,6 +56,8 @@ pub(crate) struct Observation {
     /// The end the lag counts to (LSO or high watermark).
     pub(crate) end: i64,
     pub(crate) head: HeadRead,
+    /// The member owning the partition, when the brokers describe it.
+    pub(crate) owner: Option<PartitionOwner>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -82,6 +85,11 @@ struct History {
     /// last one that saw none before the next): the group's own commit
     /// rhythm. The first one counts from the monitor's first sample.
     gaps: VecDeque<Duration>,
+    /// Since when the last stable offset has stayed at its value with the
+    /// high watermark above it (records of an open transaction), and that
+    /// value; `None` while the two are equal or the group reads
+    /// uncommitted.
+    open_transaction: Option<(Instant, i64)>,
 }
 
 /// How many commit gaps a partition remembers for its rhythm.
@@ -121,6 +129,10 @@ struct Judged {
     /// is known): a freeze shorter than this is the group's ordinary pause
     /// between commits.
     rhythm2: Option<Duration>,
+    /// The last stable offset moved in this cycle after standing behind
+    /// the high watermark for `stall_after` or longer: a transaction open
+    /// that long ended, and its records became readable at once.
+    released: bool,
 }
 
 impl GroupTracker {
@@ -150,6 +162,7 @@ impl GroupTracker {
                 last_head: None,
                 points: VecDeque::new(),
                 gaps: VecDeque::new(),
+                open_transaction: None,
             });
             if h.committed != o.committed {
                 if h.committed.is_some() {
@@ -205,6 +218,26 @@ impl GroupTracker {
                     .map_or(end, |pt| pt.end.max(end));
                 o.end > then
             });
+
+            // Records of an open transaction: the group reads to the last
+            // stable offset (`read_committed`) and the high watermark is
+            // above it. The clock runs while the last stable offset stays
+            // put; when it moves after standing `stall_after`, a long-open
+            // transaction ended and released its records at once.
+            let behind_transaction = o.end == o.last_stable && o.high_watermark > o.last_stable;
+            let released = h.open_transaction.is_some_and(|(since, lso)| {
+                lso != o.last_stable && now.saturating_duration_since(since) >= rules.stall_after
+            });
+            h.open_transaction = match h.open_transaction {
+                Some((since, lso)) if behind_transaction && lso == o.last_stable => {
+                    Some((since, lso))
+                }
+                _ if behind_transaction => Some((now, o.last_stable)),
+                _ => None,
+            };
+            let transaction_open_for = h
+                .open_transaction
+                .map(|(since, _)| now.saturating_duration_since(since));
 
             let (timestamp, time_lag) = match o.head {
                 HeadRead::NotNeeded => (
@@ -308,6 +341,8 @@ impl GroupTracker {
                     commit_unchanged_for: o.committed.map(|_| unchanged_for),
                     waiting_for,
                     log_end_moved: end_moved,
+                    transaction_open_for,
+                    owner: o.owner.clone(),
                     retention_margin: retention.map(|r| r.records),
                     retention_eta: retention.and_then(|r| r.eta),
                     status,
@@ -316,6 +351,7 @@ impl GroupTracker {
                 produce_rate,
                 falling,
                 rhythm2,
+                released,
             });
         }
         self.partitions.retain(|k, _| seen.contains(k));
@@ -377,10 +413,45 @@ impl GroupTracker {
                     .iter()
                     .all(|j| j.row.waiting_for.is_some_and(|d| d >= after))
         };
+        // Partitions whose readable end has stood behind an open transaction
+        // for `stall_after` or longer: the producer's problem.
+        let open: Vec<&Judged> = with_offsets
+            .iter()
+            .copied()
+            .filter(|j| {
+                j.row
+                    .transaction_open_for
+                    .is_some_and(|d| d >= rules.stall_after)
+            })
+            .collect();
+        let behind_open = |named: &mut Vec<TopicPartition>, scaling: &mut Scaling| {
+            *named = open.iter().map(|j| name(j)).collect();
+            let records: i64 = open
+                .iter()
+                .map(|j| j.row.high_watermark - j.row.last_stable)
+                .sum();
+            let longest = open
+                .iter()
+                .filter_map(|j| j.row.transaction_open_for)
+                .max()
+                .unwrap_or_default();
+            *scaling = Scaling::Withheld {
+                reason: format!(
+                    "{records} records on {} partition(s) wait behind a transaction open for {:.0?} or more (the high watermark is above a last stable offset that has not moved): read_committed consumers cannot read past it until its producer commits or aborts (transaction.timeout.ms ends it); a producer's problem, more replicas do not help",
+                    open.len(),
+                    Duration::from_secs(longest.as_secs())
+                ),
+            };
+            Diagnosis::OpenTransaction
+        };
         let diagnosis = if with_offsets.is_empty() {
             Diagnosis::NoOffsets
         } else if total_lag == 0 {
-            Diagnosis::Idle
+            if open.is_empty() {
+                Diagnosis::Idle
+            } else {
+                behind_open(&mut named, &mut scaling)
+            }
         } else if members == Some(0) && commit_rate <= 0.0 {
             // The brokers say nobody reads (state `Empty`) and no commit
             // was seen moving: no history is needed to call it. Stopped
@@ -440,10 +511,15 @@ impl GroupTracker {
             };
             Diagnosis::Stuck
         } else if max_time_lag.is_none_or(|t| t < rules.lag_threshold) {
-            Diagnosis::KeepingUp
+            if open.is_empty() {
+                Diagnosis::KeepingUp
+            } else {
+                behind_open(&mut named, &mut scaling)
+            }
         } else if let Some((hot, carries)) = concentrated(&with_offsets, rules.skew_share)
             .map(|hot| (hot, "most of the time lag".to_owned()))
             .or_else(|| concentrated_load(&with_offsets, rules.skew_share))
+            .or_else(|| owner_concentrated(&with_offsets, rules))
         {
             named = hot.iter().map(|j| name(j)).collect();
             // A hot partition whose commit is frozen over a static backlog
@@ -470,6 +546,12 @@ impl GroupTracker {
             };
             Diagnosis::Skewed
         } else if lagging.iter().filter(|j| j.falling).count() * 2 > lagging.len() {
+            Diagnosis::KeepingUp
+        } else if lagging.iter().any(|j| j.released) {
+            // A long-open transaction ended in this cycle: its records
+            // became readable at once, old (the last stable offset jumped).
+            // That backlog says nothing of the consumers' throughput yet;
+            // the next cycle does.
             Diagnosis::KeepingUp
         } else {
             scaling = suggest(
@@ -594,6 +676,67 @@ fn concentrated_load<'a>(
         }
     }
     None
+}
+
+/// Per consumer, from the members' assignments: the partitions that carry
+/// `skew_share` of their owner's offset lag and produce rate (among the
+/// two or more partitions it owns, by [`concentrated_load`]) and are
+/// themselves behind (time lag at or above the lag threshold), with the
+/// text saying so; `None` when no owner has one, or the owners are not
+/// known. A consumer with a hot partition is bound by that partition
+/// alone: more replicas move its neighbours off it, never the hot one.
+/// This sees what the group-wide shares cannot: two hot partitions on two
+/// consumers each carry half the group's lag, and all of their own
+/// consumer's.
+fn owner_concentrated<'a>(
+    partitions: &[&'a Judged],
+    rules: &Rules,
+) -> Option<(Vec<&'a Judged>, String)> {
+    let mut by_owner: BTreeMap<&str, Vec<&Judged>> = BTreeMap::new();
+    for j in partitions {
+        if let Some(owner) = &j.row.owner {
+            by_owner
+                .entry(owner.member_id.as_str())
+                .or_default()
+                .push(j);
+        }
+    }
+    let mut hot = Vec::new();
+    let mut texts = Vec::new();
+    for owned in by_owner.values().filter(|o| o.len() >= 2) {
+        let Some((found, text)) = concentrated_load(owned, rules.skew_share) else {
+            continue;
+        };
+        let found: Vec<&Judged> = found
+            .into_iter()
+            .filter(|j| j.row.time_lag.is_some_and(|t| t >= rules.lag_threshold))
+            .collect();
+        if found.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = found
+            .iter()
+            .map(|j| format!("{}-{}", j.row.topic, j.row.partition))
+            .collect();
+        let client = found[0]
+            .row
+            .owner
+            .as_ref()
+            .map_or_else(String::new, |o| format!("{} at {}", o.client_id, o.host));
+        texts.push(format!(
+            "{}: {text} of the {} partitions consumer {client} owns",
+            names.join(", "),
+            owned.len()
+        ));
+        hot.extend(found);
+    }
+    if hot.is_empty() {
+        return None;
+    }
+    Some((
+        hot,
+        format!("most of their consumer's backlog ({})", texts.join("; ")),
+    ))
 }
 
 /// The replica suggestion of a consumer-bound group: the throughput factor

@@ -81,7 +81,8 @@ use crate::monitor::reader::{Reader, ReaderSettings};
 
 pub use reader::PROBE_GROUP_ID;
 pub use report::{
-    Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, Scaling,
+    Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, PartitionOwner,
+    Scaling,
 };
 pub(crate) use running::Shared;
 pub use running::{Monitor, MonitorHandle};

@@ -21,6 +21,7 @@ use crate::monitor::MonitorError;
 use crate::monitor::describe;
 use crate::monitor::discover::{Discovery, candidates};
 use crate::monitor::judge::{HeadRead, Observation};
+use crate::monitor::report::PartitionOwner;
 use crate::record::RecordTimestamp;
 
 /// The group id the probe assigns partitions under (it never joins or
@@ -146,6 +147,7 @@ pub(crate) fn observation(
             high_watermark
         },
         head: HeadRead::NotNeeded,
+        owner: None,
     }
 }
 
@@ -165,6 +167,24 @@ fn members(
     let assignor = (g.protocol_type() == "consumer" && !g.protocol().is_empty())
         .then(|| g.protocol().to_owned());
     Some((g.members().len() as u32, g.state().to_owned(), assignor))
+}
+
+/// Sets each observation's owner from a described group's members.
+fn owners(observations: &mut [Observation], members: &[describe::Member]) {
+    for m in members {
+        for (topic, partition) in &m.partitions {
+            if let Some(o) = observations
+                .iter_mut()
+                .find(|o| o.partition == *partition && &o.topic == topic)
+            {
+                o.owner = Some(PartitionOwner {
+                    member_id: m.member_id.clone(),
+                    client_id: m.client_id.clone(),
+                    host: m.host.clone(),
+                });
+            }
+        }
+    }
 }
 
 /// `observations` without the topics the group does not read: a watched
@@ -314,24 +334,19 @@ impl Reader {
         Ok(Some(list))
     }
 
-    /// The member count and state of every group in `groups` the listing
-    /// did not describe (all of them without discovery; KIP-848 groups
-    /// with it), in one DescribeConsumerGroups request. A group the brokers
-    /// do not know, or call `Dead`, keeps `None`. Refused for good (the
-    /// brokers lack the APIs, as librdkafka's mock broker does, or the
+    /// Every group in `groups` as the brokers describe it, in one
+    /// DescribeConsumerGroups request: the member count and state where
+    /// the listing gave none (all groups without discovery; KIP-848 groups
+    /// with it), and for all of them the partition each member owns,
+    /// set on their observations ([`Observation::owner`]). A group the
+    /// brokers do not know, or call `Dead`, keeps `None`. Refused for good
+    /// (the brokers lack the APIs, as librdkafka's mock broker does, or the
     /// client may not describe groups): not asked again.
     fn describe_members(&mut self, groups: &mut [GroupReads]) {
-        if !self.describe_groups {
+        if !self.describe_groups || groups.is_empty() {
             return;
         }
-        let wanted: Vec<&str> = groups
-            .iter()
-            .filter(|g| g.members.is_none())
-            .map(|g| g.group.as_str())
-            .collect();
-        if wanted.is_empty() {
-            return;
-        }
+        let wanted: Vec<&str> = groups.iter().map(|g| g.group.as_str()).collect();
         let refused = |code: RDKafkaErrorCode| {
             matches!(
                 code,
@@ -358,12 +373,15 @@ impl Reader {
                 return;
             }
         };
-        for g in groups.iter_mut().filter(|g| g.members.is_none()) {
+        for g in groups.iter_mut() {
             match described.get(&g.group) {
                 Some(Ok(d)) if !d.state.eq_ignore_ascii_case("dead") => {
-                    g.members = Some(d.members);
-                    g.state = Some(d.state.clone());
-                    g.assignor.clone_from(&d.assignor);
+                    if g.members.is_none() {
+                        g.members = Some(d.members);
+                        g.state = Some(d.state.clone());
+                        g.assignor.clone_from(&d.assignor);
+                    }
+                    owners(&mut g.observations, &d.assignments);
                 }
                 // The mock broker answers each group so.
                 Some(Err(code)) if refused(*code) => {

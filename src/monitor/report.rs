@@ -162,6 +162,16 @@ pub struct PartitionLag {
     /// [`waiting_for`](Self::waiting_for) at or above `stall_after`, the
     /// partition is [`LagStatus::Stalled`].
     pub log_end_moved: bool,
+    /// How long the last stable offset has stood still with the high
+    /// watermark above it (`high_watermark - last_stable` records of an
+    /// open transaction wait unreadable to a `read_committed` group), as
+    /// this monitor saw it: a lower bound from its first sight. `None`
+    /// while the two are equal, or when the group reads uncommitted (it
+    /// reads to the high watermark). At
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) or more,
+    /// the group is [`Diagnosis::OpenTransaction`] unless its consumers
+    /// are behind on what they can read.
+    pub transaction_open_for: Option<Duration>,
     /// Records retention may still delete before it reaches unread records:
     /// committed offset minus log start offset. Negative when records were
     /// deleted unread (out of range). `None` without a committed offset.
@@ -174,8 +184,29 @@ pub struct PartitionLag {
     /// gaining on the committed offset (it did not move over the window, or
     /// the commits move faster), or the margin is not positive.
     pub retention_eta: Option<Duration>,
+    /// The group member that owns the partition, as the brokers describe
+    /// the group (DescribeGroups for classic groups, whose assignment
+    /// librdkafka decodes with the consumer protocol, or
+    /// ConsumerGroupDescribe for KIP-848 groups). `None` when no member
+    /// owns it (unassigned, between rebalances), or when the brokers do not
+    /// describe the group's assignments (librdkafka's mock broker; a group
+    /// whose assignor does not use the consumer protocol's format): then
+    /// the diagnosis judges partitions without their owners.
+    pub owner: Option<PartitionOwner>,
     /// The partition's status.
     pub status: LagStatus,
+}
+
+/// A group member, as the brokers describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionOwner {
+    /// Its member id (assigned by the group coordinator).
+    pub member_id: String,
+    /// Its `client.id`.
+    pub client_id: String,
+    /// The host it connected from, as the coordinator saw it (such as
+    /// `/10.0.3.7`).
+    pub host: String,
 }
 
 /// The timestamp of the record at a partition's committed offset.
@@ -329,12 +360,22 @@ pub enum Diagnosis {
     ConsumerBound,
     /// Records wait, but the time lag is below the threshold or falling.
     KeepingUp,
+    /// The consumers have read what they can (the time lag is below the
+    /// threshold), and records wait behind a transaction open for
+    /// [`stall_after`](crate::monitor::GroupMonitor::stall_after) or
+    /// longer: the high watermark is above a last stable offset that has
+    /// not moved ([`PartitionLag::transaction_open_for`]). A hung or
+    /// killed transactional producer; its transaction ends when the
+    /// producer commits or aborts it, at the latest at its
+    /// `transaction.timeout.ms`. Named in [`GroupReport::named`]. More
+    /// replicas do not help. (A group reading uncommitted never reads so.)
+    OpenTransaction,
 }
 
 impl Diagnosis {
     /// Every diagnosis name, exported as the state set
     /// `fresh_consumer.monitor.group.diagnosis`.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "no_offsets",
         "idle",
         "dead",
@@ -342,10 +383,11 @@ impl Diagnosis {
         "skewed",
         "consumer_bound",
         "keeping_up",
+        "open_transaction",
     ];
 
-    /// `no_offsets`, `idle`, `dead`, `stuck`, `skewed`, `consumer_bound` or
-    /// `keeping_up`.
+    /// `no_offsets`, `idle`, `dead`, `stuck`, `skewed`, `consumer_bound`,
+    /// `keeping_up` or `open_transaction`.
     pub fn as_str(self) -> &'static str {
         match self {
             Diagnosis::NoOffsets => "no_offsets",
@@ -355,6 +397,7 @@ impl Diagnosis {
             Diagnosis::Skewed => "skewed",
             Diagnosis::ConsumerBound => "consumer_bound",
             Diagnosis::KeepingUp => "keeping_up",
+            Diagnosis::OpenTransaction => "open_transaction",
         }
     }
 }

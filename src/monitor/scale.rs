@@ -18,10 +18,11 @@
 //!    `PreparingRebalance` or `CompletingRebalance`, or its member count
 //!    changed between the last two cycles): hold, reason `rebalancing`.
 //!    Every replica change is a rebalance; no new step until it settles.
-//! 2. **Diagnosed [`Skewed`](Diagnosis::Skewed), [`Stuck`](Diagnosis::Stuck)
-//!    or [`Dead`](Diagnosis::Dead)**: hold, reason the diagnosis; more
-//!    replicas do not help a hot partition, a poison record or a dead
-//!    consumer.
+//! 2. **Diagnosed [`Skewed`](Diagnosis::Skewed), [`Stuck`](Diagnosis::Stuck),
+//!    [`Dead`](Diagnosis::Dead) or
+//!    [`OpenTransaction`](Diagnosis::OpenTransaction)**: hold, reason the
+//!    diagnosis; more replicas do not help a hot partition, a poison
+//!    record, a dead consumer or a producer's hanging transaction.
 //! 3. **[`ConsumerBound`](Diagnosis::ConsumerBound)** on two cycles in a
 //!    row (a backlog that persists past one cycle: not a burst, not the
 //!    records an ending transaction releases at once): the replica count
@@ -207,19 +208,24 @@ pub enum HoldReason {
     Stuck,
     /// Diagnosed [`Diagnosis::Dead`].
     Dead,
+    /// Diagnosed [`Diagnosis::OpenTransaction`]: records wait behind a
+    /// producer's open transaction, not behind the consumers.
+    OpenTransaction,
 }
 
 impl HoldReason {
     /// Every reason, as exported in `fresh_consumer.monitor.scale.held`.
-    pub const NAMES: [&'static str; 4] = ["rebalancing", "skewed", "stuck", "dead"];
+    pub const NAMES: [&'static str; 5] =
+        ["rebalancing", "skewed", "stuck", "dead", "open_transaction"];
 
-    /// `rebalancing`, `skewed`, `stuck` or `dead`.
+    /// `rebalancing`, `skewed`, `stuck`, `dead` or `open_transaction`.
     pub fn as_str(self) -> &'static str {
         match self {
             HoldReason::Rebalancing => "rebalancing",
             HoldReason::Skewed => "skewed",
             HoldReason::Stuck => "stuck",
             HoldReason::Dead => "dead",
+            HoldReason::OpenTransaction => "open_transaction",
         }
     }
 }
@@ -549,6 +555,7 @@ impl Autoscaler {
             Diagnosis::Skewed => Some(HoldReason::Skewed),
             Diagnosis::Stuck => Some(HoldReason::Stuck),
             Diagnosis::Dead => Some(HoldReason::Dead),
+            Diagnosis::OpenTransaction => Some(HoldReason::OpenTransaction),
             _ => None,
         } {
             let why = match &g.scaling {

@@ -85,6 +85,63 @@ pub fn configure<H>(consumer: FreshConsumer<H>, target: &Target) -> FreshConsume
         .revoke_timeout(Duration::from_secs(1))
 }
 
+/// The librdkafka properties [`plain_consumer`] sets on top of its own:
+/// `key=value` pairs separated by `;`.
+const PLAIN_SET: &str = "FRESH_CHILD_PLAIN_SET";
+
+/// In the parent: `props` for a [`plain_consumer`] child (an assignor, a
+/// group protocol).
+pub fn plain_props(command: &mut Command, props: &[(&str, &str)]) {
+    let joined: Vec<String> = props.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    command.env(PLAIN_SET, joined.join(";"));
+}
+
+/// In the child: a plain librdkafka consumer, not this library's, as the
+/// groups the monitor watches are run: auto commit every 5 s, the default
+/// assignors (`range,roundrobin`: range), `read_committed`, `handler` of
+/// work per record, plus the parent's [`plain_props`]; until stdin closes.
+/// The session timeout is the parent's, except under KIP-848
+/// (`group.protocol=consumer`), where the brokers own it.
+pub fn plain_consumer(target: &Target, handler: Duration) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &target.bootstrap)
+        .set("group.id", &target.group)
+        .set("auto.offset.reset", "earliest");
+    let props = std::env::var(PLAIN_SET).unwrap_or_default();
+    for pair in props.split(';').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').expect("key=value");
+        config.set(k, v);
+    }
+    if config.get("group.protocol") != Some("consumer") {
+        config.set("session.timeout.ms", var(SESSION_MS));
+    }
+    let consumer: BaseConsumer = config.create().expect("consumer");
+    consumer.subscribe(&[&target.topic]).expect("subscribe");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        flag.store(true, Ordering::Release);
+    });
+    println!("plain consumer running ({props})");
+    while !stop.load(Ordering::Acquire) {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100))
+            && !handler.is_zero()
+        {
+            std::thread::sleep(handler);
+        }
+    }
+    consumer.unsubscribe();
+}
+
 /// In the child: runs `future` to completion on a runtime of its own (the
 /// child's test is a plain `#[test]`).
 pub fn block_on<F: Future>(future: F) -> F::Output {

@@ -213,7 +213,7 @@ pub fn json(r: &MonitorReport) -> String {
                         },
                     );
                     format!(
-                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"waiting_s\":{},\"log_end_moved\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{}}}",
+                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"waiting_s\":{},\"log_end_moved\":{},\"transaction_open_s\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{},\"owner\":{}}}",
                         js(&p.topic),
                         p.partition,
                         jn(p.committed),
@@ -227,10 +227,20 @@ pub fn json(r: &MonitorReport) -> String {
                         jd(p.commit_unchanged_for),
                         jd(p.waiting_for),
                         p.log_end_moved,
+                        jd(p.transaction_open_for),
                         jn(p.retention_margin),
                         jd(p.retention_eta),
                         js(p.status.as_str()),
-                        jn(deleted)
+                        jn(deleted),
+                        p.owner.as_ref().map_or_else(
+                            || "null".to_owned(),
+                            |o| format!(
+                                "{{\"member_id\":{},\"client_id\":{},\"host\":{}}}",
+                                js(&o.member_id),
+                                js(&o.client_id),
+                                js(&o.host)
+                            )
+                        )
                     )
                 })
                 .collect();

@@ -55,6 +55,7 @@ fn stamped(p: i32, committed: i64, end: i64, t0_ms: i64, per_second: i64) -> Obs
         last_stable: end,
         end,
         head,
+        owner: None,
     }
 }
 

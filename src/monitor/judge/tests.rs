@@ -23,6 +23,7 @@ fn obs(p: i32, committed: Option<i64>, start: i64, end: i64, head: HeadRead) -> 
         last_stable: end,
         end,
         head,
+        owner: None,
     }
 }
 
@@ -513,3 +514,10 @@ fn no_drain_time_from_noise_between_the_rates() {
 
 /// Freezes: `dead`, `stuck`, `stalled`, the commit rhythm, empty groups.
 mod freeze;
+
+/// Records behind a producer's open transaction: `open_transaction`, and
+/// the records its end releases at once.
+mod open_transaction;
+
+/// The members' assignments: a hot partition per consumer.
+mod owners;

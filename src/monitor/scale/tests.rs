@@ -111,6 +111,8 @@ fn partition(p: i32, time_lag: Duration) -> PartitionLag {
         timestamp: HeadTimestamp::CreateTime(0),
         commit_unchanged_for: Some(Duration::ZERO),
         waiting_for: None,
+        transaction_open_for: None,
+        owner: None,
         log_end_moved: false,
         retention_margin: Some(0),
         retention_eta: None,
