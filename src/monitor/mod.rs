@@ -335,8 +335,10 @@ impl GroupMonitor {
     }
 
     /// Time between the starts of two cycles in
-    /// [`Monitor::run_until`]; bounds how soon a problem shows. More than
-    /// zero. Default [`DEFAULT_MONITOR_INTERVAL`].
+    /// [`Monitor::run_until`], on average: cycles are 0.618 or 1.618
+    /// intervals apart, so they do not sample a group at one phase of its
+    /// own commit interval ([`Monitor::until_next_cycle`]); bounds how soon
+    /// a problem shows. More than zero. Default [`DEFAULT_MONITOR_INTERVAL`].
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self

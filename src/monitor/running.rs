@@ -55,6 +55,9 @@ pub struct Monitor {
     trackers: HashMap<String, GroupTracker>,
     rules: Rules,
     interval: Duration,
+    /// When the last cycle started and when the next one is due
+    /// ([`Monitor::until_next_cycle`]).
+    pace: Pace,
     shared: Arc<Shared>,
     _export: Option<Export>,
 }
@@ -83,6 +86,7 @@ impl Monitor {
             trackers: HashMap::new(),
             rules,
             interval,
+            pace: Pace::default(),
             shared,
             _export: export,
         }
@@ -103,6 +107,7 @@ impl Monitor {
     /// [`GroupMonitor::max_partitions`]: crate::monitor::GroupMonitor::max_partitions
     pub async fn cycle(&mut self) -> Result<MonitorReport, MonitorError> {
         let started = Instant::now();
+        self.pace.anchor.get_or_insert(started);
         let reader = Arc::clone(&self.reader);
         let reads = tokio::task::spawn_blocking(move || lock(&reader).read())
             .await
@@ -166,13 +171,11 @@ impl Monitor {
     /// `error.type`), and the next one runs at its time; the latest report
     /// stays the last good one.
     pub async fn run_until(mut self, stop: impl Future<Output = ()>) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = &mut stop => return,
-                _ = tick.tick() => {}
+                _ = self.until_next_cycle() => {}
             }
             tokio::select! {
                 _ = &mut stop => return,
@@ -184,6 +187,52 @@ impl Monitor {
             }
         }
     }
+
+    /// Waits until the next cycle is due: at once before the first cycle;
+    /// then cycle `k` is due `interval x (k + frac(k x 0.618...))` after
+    /// the first one started (the golden-ratio sequence), so cycles are
+    /// 0.618 or 1.618 intervals apart, one interval on average; a cycle
+    /// that is already late when asked for is skipped, not run at once.
+    ///
+    /// The offsets keep the cycles from sampling a group at one phase of
+    /// its own commit cycle: with a fixed interval equal to the consumers'
+    /// commit interval (librdkafka's auto commit every 5 s, `fresh-monitor`'s
+    /// default `--interval` 5 s), every cycle read the time lag at the same
+    /// point between two commits, so one run of the same steady group read
+    /// 0.8 s and another 4.95 s. With them, any 12 consecutive cycles (a
+    /// minute at 5 s) read a 5 s commit cycle at phases no more than 15 %
+    /// of it apart, and their mean phase is within 8 % of its middle.
+    pub async fn until_next_cycle(&mut self) {
+        let Some(anchor) = self.pace.anchor else {
+            return;
+        };
+        let now = Instant::now();
+        let due = loop {
+            self.pace.k += 1;
+            let due = anchor + self.interval.mul_f64(offset(self.pace.k));
+            if due >= now {
+                break due;
+            }
+        };
+        tokio::time::sleep_until(due.into()).await;
+    }
+}
+
+/// When the first cycle started, and the number of the last one due.
+#[derive(Debug, Default)]
+struct Pace {
+    anchor: Option<Instant>,
+    k: u64,
+}
+
+/// The golden ratio's fractional part, 0.618...
+const GOLDEN: f64 = 0.618_033_988_749_894_9;
+
+/// When cycle `k` is due, in intervals after the first: `k + frac(k x
+/// GOLDEN)`. The fractional parts of `k x GOLDEN` spread evenly over
+/// 0..1 for any run of consecutive `k` (a low-discrepancy sequence).
+fn offset(k: u64) -> f64 {
+    k as f64 + (k as f64 * GOLDEN).fract()
 }
 
 /// Reads what a running [`Monitor`] last reported. Cheap to clone.
@@ -210,5 +259,50 @@ impl MonitorHandle {
             self.shared.cycles_ok.load(Ordering::Relaxed),
             self.shared.cycles_failed.load(Ordering::Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycles_are_one_interval_apart_on_average() {
+        let gaps: Vec<f64> = (0..1000).map(|k| offset(k + 1) - offset(k)).collect();
+        for g in &gaps {
+            let short = (g - GOLDEN).abs() < 1e-9;
+            let long = (g - (1.0 + GOLDEN)).abs() < 1e-9;
+            assert!(short || long, "{g}");
+        }
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        assert!((mean - 1.0).abs() < 1e-3, "{mean}");
+    }
+
+    /// Cycles at the default 5 s against a group committing every 5 s:
+    /// any 12 consecutive cycles (a minute) read the commit cycle at phases
+    /// at most 15 % of it apart, their mean phase within 8 % of the middle
+    /// (a sawtooth time lag read so averages within 0.4 s of its mean),
+    /// where a fixed 5 s interval reads one phase forever.
+    #[test]
+    fn any_minute_of_cycles_samples_the_whole_commit_cycle() {
+        let (interval, period) = (5.0, 5.0);
+        for start in 0..2_000u64 {
+            let mut phases: Vec<f64> = (start..start + 12)
+                .map(|k| (offset(k) * interval % period) / period)
+                .collect();
+            phases.sort_by(f64::total_cmp);
+            let widest = phases
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .chain(std::iter::once(1.0 - phases[11] + phases[0]))
+                .fold(0.0, f64::max);
+            assert!(widest <= 0.15, "cycles {start}..: gap {widest}");
+            let mean = phases.iter().sum::<f64>() / 12.0;
+            assert!((mean - 0.5).abs() <= 0.08, "cycles {start}..: mean {mean}");
+        }
+        let fixed: std::collections::BTreeSet<u64> = (0..12u64)
+            .map(|k| ((k as f64 * interval % period) * 1000.0) as u64)
+            .collect();
+        assert_eq!(fixed.len(), 1, "a fixed interval: one phase");
     }
 }

@@ -116,7 +116,9 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub min_replicas: u32,
 
-    /// Seconds between the starts of two cycles.
+    /// Seconds between the starts of two cycles, on average: as a service,
+    /// 0.618 or 1.618 times this apart (the golden-ratio sequence), so the
+    /// cycles do not sample a group at one phase of its commit interval.
     #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = seconds)]
     pub interval: f64,
 

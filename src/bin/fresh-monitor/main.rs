@@ -299,17 +299,14 @@ async fn serve(args: &Args) -> u8 {
         }
         tokio::spawn(scaler.serve(listener, stop.clone().cancelled_owned()))
     });
-    // A cycle that overran its interval is followed by the next one an
-    // interval later, not at once.
-    let mut tick = tokio::time::interval(secs(args.interval));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Cycles `--interval` ± 20 % apart (see `Monitor::until_next_cycle`).
     let mut watched: Vec<String> = Vec::new();
     let signal = process::shutdown_signal();
     tokio::pin!(signal);
     loop {
         tokio::select! {
             () = &mut signal => break,
-            _ = tick.tick() => {}
+            () = monitor.until_next_cycle() => {}
         }
         match monitor.cycle().await {
             Ok(r) => {
