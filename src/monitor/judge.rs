@@ -402,6 +402,23 @@ impl GroupTracker {
             .max()
             .unwrap_or_default();
         let stall_after = rules.stall_after.max(rhythm2);
+        // How long a freeze of the whole group must last to be `dead`:
+        // `stall_after` (or the window, once the samples span it), both at
+        // least twice the rhythm, once a commit of the group was seen to
+        // move. Before that, a freeze is only known to have lasted since
+        // the monitor's first sample, and a group that commits every
+        // minute looks frozen for up to a minute after the monitor starts:
+        // then `window + stall_after` (90 s at `fresh-monitor`'s defaults).
+        // A group the brokers describe with no members is `dead` at once
+        // (below); one whose consumers hang leaves the group at their
+        // `max.poll.interval.ms` and is described so.
+        let moved_seen = judged.iter().any(|j| j.rhythm2.is_some());
+        let (dead_after, window_after) = if moved_seen {
+            (stall_after, rules.window.max(rhythm2))
+        } else {
+            let unknown = rules.window + rules.stall_after;
+            (unknown, unknown)
+        };
         // Frozen for `after`: no committed offset of the group moved for
         // that long, and every partition with records waiting has had them
         // waiting that long.
@@ -465,9 +482,7 @@ impl GroupTracker {
                 reason: "the group has no members while records wait: its consumers are stopped (or scaled to zero); start them (KEDA activates the group from IsActive)".into(),
             };
             Diagnosis::Dead
-        } else if (span >= rules.window && frozen_for(rules.window.max(rhythm2)))
-            || frozen_for(stall_after)
-        {
+        } else if (span >= rules.window && frozen_for(window_after)) || frozen_for(dead_after) {
             // Every partition with records waiting is frozen and none of
             // the others advances: nothing of the group works, which is a
             // dead (or hung) group, not a poison record (`stuck` needs
@@ -476,7 +491,7 @@ impl GroupTracker {
             scaling = Scaling::Withheld {
                 reason: format!(
                     "no partition's committed offset moved for {:.0?} while records wait: the consumers are down or hung; more replicas of them do not help",
-                    stall_after.min(rules.window.max(rhythm2))
+                    dead_after.min(window_after)
                 ),
             };
             Diagnosis::Dead
@@ -754,7 +769,7 @@ fn suggest(
 ) -> Scaling {
     if commit_rate <= 0.0 {
         return Scaling::Withheld {
-            reason: "no commit rate measured yet (needs two samples)".into(),
+            reason: "no committed offset of the group moved within the samples so far: there is no commit rate to scale from (a first sample, a group that commits less often than the samples span, or one that stopped: dead once frozen long enough)".into(),
         };
     }
     let needed = produce_rate + total_lag as f64 / rules.drain_target.as_secs_f64().max(1e-3);

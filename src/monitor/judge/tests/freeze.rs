@@ -141,9 +141,20 @@ fn frozen_everywhere_while_the_log_end_moves_is_dead_from_stall_after() {
     // the clock. Every partition with records waiting is frozen and none
     // advances: `dead` as soon as they are frozen (stall_after, 5 s), not
     // `stuck` until the window (10 s) passes.
+    // The monitor saw the group commit once (90 at the first cycle, 100
+    // from the second): its freezes count from the commits' evidence.
     let f = |c: i64| {
+        let committed = if c == 0 { 90 } else { 100 };
         (0..4)
-            .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
+            .map(|p| {
+                obs(
+                    p,
+                    Some(committed),
+                    0,
+                    200 + 10 * c,
+                    at(committed, NOW_MS - 5_000),
+                )
+            })
             .collect::<Vec<_>>()
     };
     let mut g = GroupTracker::default();
@@ -166,13 +177,13 @@ fn frozen_everywhere_while_the_log_end_moves_is_dead_from_stall_after() {
         "never stuck: {diagnoses:?}"
     );
     let mut g = GroupTracker::default();
-    let r = run(&mut g, &rules(), 5, f);
+    let r = run(&mut g, &rules(), 6, f);
     assert_ne!(r.diagnosis, Diagnosis::Dead, "frozen 4 s < stall_after");
     let r = run(&mut GroupTracker::default(), &rules(), 7, f);
-    assert_eq!(r.diagnosis, Diagnosis::Dead, "frozen 6 s >= stall_after");
+    assert_eq!(r.diagnosis, Diagnosis::Dead, "frozen 5 s >= stall_after");
     assert!(r.partitions.iter().all(|p| p.status == LagStatus::Stalled
         && p.log_end_moved
-        && p.waiting_for == Some(Duration::from_secs(6))));
+        && p.waiting_for == Some(Duration::from_secs(5))));
     let r = run(&mut g, &rules(), 12, f);
     assert_eq!(r.diagnosis, Diagnosis::Dead);
     assert_eq!(r.named.len(), 4);
@@ -186,9 +197,11 @@ fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
     // consumer after the producers stopped): the record at the committed
     // offset was stamped 25 s before the first cycle, so its time lag
     // crosses the 30 s threshold at cycle 5.
-    let f = |_c: i64| {
+    // The monitor saw one commit move (90, then 100 from the second cycle).
+    let f = |c: i64| {
+        let committed = if c == 0 { 90 } else { 100 };
         (0..4)
-            .map(|p| obs(p, Some(100), 0, 200, at(100, NOW_MS - 25_000)))
+            .map(|p| obs(p, Some(committed), 0, 200, at(committed, NOW_MS - 25_000)))
             .collect::<Vec<_>>()
     };
     let mut g = GroupTracker::default();
@@ -196,7 +209,7 @@ fn frozen_over_a_static_backlog_is_lagging_not_stalled_and_the_group_dead() {
     for p in &r.partitions {
         assert_eq!(p.status, LagStatus::Lagging, "{p:?}");
         assert!(!p.log_end_moved);
-        assert_eq!(p.waiting_for, Some(Duration::from_secs(6)));
+        assert_eq!(p.waiting_for, Some(Duration::from_secs(5)));
     }
     assert_ne!(r.diagnosis, Diagnosis::Stuck, "no log end moved");
     assert_eq!(r.diagnosis, Diagnosis::Dead, "dead covers a static backlog");
@@ -315,4 +328,74 @@ fn stuck_names_the_frozen_partition() {
         }]
     );
     assert!(matches!(r.scaling, Scaling::Withheld { .. }));
+}
+
+/// A group whose commits never moved since the monitor's first sample: the
+/// freeze is only known to have lasted since then, so `dead` waits for
+/// `window + stall_after` (15 s here; 90 s at `fresh-monitor`'s defaults),
+/// not `stall_after`. A group auto-committing every minute that the
+/// monitor starts beside read `dead` 30 s in (issue 45, item 6): at
+/// `fresh-monitor`'s defaults (window 60 s, `stall_after` 30 s) it is never
+/// `dead`, its first commit seen at most a minute and a cycle (8.1 s) in.
+#[test]
+fn without_a_commit_move_seen_dead_waits_for_the_window_and_stall_after() {
+    let f = |c: i64| {
+        (0..4)
+            .map(|p| obs(p, Some(100), 0, 200 + 10 * c, at(100, NOW_MS - 5_000)))
+            .collect::<Vec<_>>()
+    };
+    let diagnoses: Vec<Diagnosis> = {
+        let mut g = GroupTracker::default();
+        let t0 = Instant::now();
+        (0..17)
+            .map(|c| {
+                g.evaluate(
+                    "g",
+                    &f(c),
+                    Some(1),
+                    &rules(),
+                    t0 + Duration::from_secs(c as u64),
+                    NOW_MS + c * 1000,
+                )
+                .diagnosis
+            })
+            .collect()
+    };
+    assert!(
+        !diagnoses[..15].contains(&Diagnosis::Dead),
+        "not before 15 s: {diagnoses:?}"
+    );
+    assert_eq!(diagnoses[15], Diagnosis::Dead, "{diagnoses:?}");
+
+    // `fresh-monitor`'s defaults; a consumer keeping up (10 records/s) and
+    // committing every 60 s, the last commit 1 s before the monitor's first
+    // cycle; the monitor's cycles 5 s apart. Never dead.
+    let rules = Rules {
+        window: Duration::from_secs(60),
+        stall_after: Duration::from_secs(30),
+        lag_threshold: Duration::from_secs(60),
+        ..rules()
+    };
+    let mut g = GroupTracker::default();
+    let t0 = Instant::now();
+    let offset = |t: i64| 10 * (t + 1_000);
+    for step in 0..60i64 {
+        let t = step * 5;
+        let c = -1 + (t + 1).div_euclid(60) * 60;
+        let r = g.evaluate(
+            "g",
+            &[obs(
+                0,
+                Some(offset(c)),
+                0,
+                offset(t),
+                at(offset(c), NOW_MS + c * 1000),
+            )],
+            Some(1),
+            &rules,
+            t0 + Duration::from_secs(t as u64),
+            NOW_MS + t * 1000,
+        );
+        assert_ne!(r.diagnosis, Diagnosis::Dead, "at {t} s: {r:#?}");
+    }
 }
