@@ -130,5 +130,17 @@ async fn a_group_scaled_to_zero_activates_when_records_arrive() {
         "empty group: inactive with nothing to read, active {activated_after:?} after 15 records \
          arrived (default interval {DEFAULT_INTERVAL:?}), 1 replica asked; one-shot: dead"
     );
+    scaler::scenario_row(
+        "empty group (its consumer left, 0 members), nothing to read",
+        "0 (inactive)",
+        "inactive; 1 when asked",
+        "idle",
+    );
+    scaler::scenario_row(
+        "the same empty group, 15 records arrive",
+        &format!("{} (active)", scaler::kedas_rule(15, 3)),
+        "active, 1",
+        &format!("active {activated_after:.1?} after the records; one-shot: dead (no members)"),
+    );
     let _ = monitor.child.start_kill();
 }

@@ -65,17 +65,15 @@ fn group_after(
     })
 }
 
-/// KEDA's Kafka scaler's rule on the same offsets, for comparison: it
-/// counts lag to the high watermark (`kafka-consumer-groups` shows the
-/// same), one replica per `lagThreshold` (10) records, capped at the
-/// partition count.
-fn kedas_rule(g: &GroupReport) -> i64 {
+/// KEDA's Kafka scaler's rule on the same offsets: it counts lag to the
+/// high watermark (`kafka-consumer-groups` shows the same).
+fn kedas_rule(g: &GroupReport) -> u64 {
     let lag: i64 = g
         .partitions
         .iter()
         .map(|p| p.high_watermark - p.committed.unwrap_or(p.high_watermark))
         .sum();
-    (lag + 9).div_euclid(10).min(i64::from(PARTITIONS))
+    scaler::kedas_rule(lag.max(0) as u64, PARTITIONS as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,6 +251,18 @@ async fn records_behind_a_hanging_transaction_are_shown_and_do_not_scale_the_gro
     eprintln!(
         "after the commit: cycles (diagnosis, KEDA's rule, our replicas) {after_commit:?}; idle again {:.1?} after it",
         committed_at.elapsed()
+    );
+    scaler::scenario_row(
+        "a transaction hanging (279 records behind the last stable offset, 1 consumer, 3 partitions)",
+        &format!("{:?}", before.iter().map(|c| c.1).collect::<Vec<_>>()),
+        &format!("{:?}", before.iter().map(|c| c.2).collect::<Vec<_>>()),
+        &format!("idle, then open_transaction {after:.1?} after it opened"),
+    );
+    scaler::scenario_row(
+        "the same transaction committed (records 90 s old readable at once)",
+        &format!("{:?}", after_commit.iter().map(|c| c.1).collect::<Vec<_>>()),
+        &format!("{:?}", after_commit.iter().map(|c| c.2).collect::<Vec<_>>()),
+        &format!("{:?}", after_commit.iter().map(|c| c.0).collect::<Vec<_>>()),
     );
     stop.cancel();
     let _ = running.await;

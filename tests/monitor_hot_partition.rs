@@ -6,7 +6,8 @@
 //! monitor runs at its **defaults**: the one-shot report calls the group
 //! `skewed` and names partition 0, and the KEDA scaler (a `fresh-monitor
 //! --keda-grpc` process) never asks for more than the 2 replicas running
-//! (it used to ask for the 6-partition cap). The same with the
+//! (it used to ask for the 6-partition cap). The same with one consumer per
+//! partition (held at 6). The same with the
 //! `cooperative-sticky` assignor and in a KIP-848 group
 //! (`group.protocol=consumer`, where the brokers assign), and on Apache
 //! Kafka the report names each partition's owner from the members'
@@ -49,7 +50,7 @@ fn plain_consumer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
-    hot_partition("range (the default)", &[], &[0]).await;
+    hot_partition("range (the default)", &[], &[0], 2).await;
 }
 
 /// A hot partition on each of the two consumers (range: partitions 0 and 3),
@@ -59,7 +60,7 @@ async fn a_hot_partition_sharing_its_consumer_is_skewed_and_not_scaled() {
 /// the assignments).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_partition_on_each_consumer_is_skewed_and_not_scaled() {
-    hot_partition("two hot partitions, range", &[], &[0, 3]).await;
+    hot_partition("two hot partitions, range", &[], &[0, 3], 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,6 +69,7 @@ async fn the_same_with_the_cooperative_sticky_assignor() {
         "cooperative-sticky",
         &[("partition.assignment.strategy", "cooperative-sticky")],
         &[0],
+        2,
     )
     .await;
 }
@@ -80,13 +82,21 @@ async fn the_same_in_a_kip848_group() {
         "KIP-848 (group.protocol=consumer)",
         &[("group.protocol", "consumer")],
         &[0],
+        2,
     )
     .await;
 }
 
-/// The scenario with plain consumers configured with `props`, 95 % of the
-/// traffic spread over the `hot` partitions.
-async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32]) {
+/// One consumer per partition: the hot partition on a consumer of its own
+/// (the time lag alone shows it); the scaler holds at 6, the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_a_consumer_per_partition() {
+    hot_partition("range", &[], &[0], 6).await;
+}
+
+/// The scenario with `running` plain consumers configured with `props`,
+/// 95 % of the traffic spread over the `hot` partitions.
+async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32], running: usize) {
     support::logs::init();
     let (cluster, topic, group) = TestCluster::with_topic("hot-shared", PARTITIONS).await;
     if hot.len() > 1 && !cluster.is_real() {
@@ -124,7 +134,7 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
 
     let dir = std::env::temp_dir().join(unique("fresh-hot-shared"));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut consumers: Vec<ChildProcess> = (0..2)
+    let mut consumers: Vec<ChildProcess> = (0..running)
         .map(|i| {
             let mut command = child::command("plain_consumer", &cluster, &group, &topic);
             child::plain_props(&mut command, props);
@@ -159,12 +169,13 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
     };
 
     // The embedded broker does not describe groups: told the count there.
-    let extra: &[&str] = if cluster.is_real() {
-        &[]
+    let count = running.to_string();
+    let extra: Vec<&str> = if cluster.is_real() {
+        vec![]
     } else {
-        &["--replicas", "2"]
+        vec!["--replicas", &count]
     };
-    let mut scaler = Scaler::spawn(&cluster, &group, &topic, extra);
+    let mut scaler = Scaler::spawn(&cluster, &group, &topic, &extra);
     let o = object("hot", &group, &topic);
     let bin = support::monitor_binary();
 
@@ -192,7 +203,7 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
             // Both joined and every partition assigned (a cooperative
             // rebalance takes two rounds: between them some are unowned).
             let joined = !cluster.is_real()
-                || (g["members"] == 2
+                || (g["members"] == running
                     && (0..PARTITIONS as usize).all(|p| !g["partitions"][p]["owner"].is_null()));
             let settled = !["keeping_up", "idle", "no_offsets"]
                 .iter()
@@ -219,8 +230,8 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
         let mut members = owners.clone();
         members.sort();
         members.dedup();
-        assert_eq!(members.len(), 2, "{label}: {owners:?}");
-        for &p in hot {
+        assert_eq!(members.len(), running, "{label}: {owners:?}");
+        for &p in hot.iter().filter(|_| running < PARTITIONS as usize) {
             let with = owners.iter().filter(|o| **o == owners[p as usize]).count();
             assert!(
                 with > 1,
@@ -239,7 +250,7 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
     );
 
     // The scaler, asked as KEDA asks over six of its cycles: never more
-    // than the 2 replicas running.
+    // than the replicas running.
     let mut client = scaler.client(&o, WAIT).await;
     // (An observation over six cycles, not a wait for a condition: the
     // claim is that no answer in it exceeds the count.)
@@ -254,12 +265,22 @@ async fn hot_partition(label: &str, props: &[(&str, &str)], hot: &'static [i32])
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
     assert!(
-        asked.iter().all(|&n| n <= 2),
-        "{label}: the scaler asked for {asked:?} replicas (2 running, 6 partitions)"
+        asked.iter().all(|&n| n <= running as i64),
+        "{label}: the scaler asked for {asked:?} replicas ({running} running, 6 partitions)"
     );
     eprintln!(
         "hot partition sharing its consumer, {label}: skewed ({}); the scaler asked {asked:?}",
         report["suggestion_withheld"]
+    );
+    let lag = report["total_lag"].as_u64().expect("total lag");
+    scaler::scenario_row(
+        &format!(
+            "hot partition ({} of 6 with 95 % of the traffic), {running} consumers, {label}",
+            hot.len()
+        ),
+        &scaler::kedas_rule(lag, PARTITIONS as u64).to_string(),
+        &format!("{asked:?}"),
+        &format!("skewed; offset lag {lag}"),
     );
     producing.abort();
     for c in &mut consumers {

@@ -21,6 +21,39 @@ const METRIC: &str = "s0-fresh-consumer-replicas";
 pub struct Scaler {
     pub child: tokio::process::Child,
     pub port: u16,
+    /// Its standard output, line by line: one summary line per group and
+    /// cycle (`group G: diagnosis | members M | lag N | ...`).
+    pub lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// One cycle's summary line of a group, as `fresh-monitor` prints it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub diagnosis: String,
+    pub members: String,
+    /// Offset lag, summed over the group's partitions.
+    pub lag: u64,
+    pub max_time_lag: String,
+    pub line: String,
+}
+
+impl Summary {
+    /// Parses `group G: diagnosis (named) | members M | lag N | max time lag T | ...`.
+    pub fn parse(line: &str, group: &str) -> Option<Summary> {
+        let rest = line.strip_prefix(&format!("group {group}: "))?;
+        let mut fields = rest.split(" | ");
+        let diagnosis = fields.next()?.split(' ').next()?.to_owned();
+        let members = fields.next()?.strip_prefix("members ")?.to_owned();
+        let lag = fields.next()?.strip_prefix("lag ")?.parse().ok()?;
+        let max_time_lag = fields.next()?.strip_prefix("max time lag ")?.to_owned();
+        Some(Summary {
+            diagnosis,
+            members,
+            lag,
+            max_time_lag,
+            line: line.to_owned(),
+        })
+    }
 }
 
 impl Scaler {
@@ -41,11 +74,32 @@ impl Scaler {
             ])
             .args(extra)
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start fresh-monitor");
-        Scaler { child, port }
+        let mut child = child;
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = child.stdout.take().expect("piped stdout");
+        let sink = std::sync::Arc::clone(&lines);
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut reader = tokio::io::BufReader::new(out).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Scaler { child, port, lines }
+    }
+
+    /// The summary lines of `group` printed so far, oldest first.
+    pub fn summaries(&self, group: &str) -> Vec<Summary> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| Summary::parse(l, group))
+            .collect()
     }
 
     /// A client, once the server takes connections and `GetMetricSpec`
@@ -92,6 +146,20 @@ impl Client {
             .into_inner();
         r.metric_values[0].metric_value
     }
+}
+
+/// What KEDA's own Kafka scaler would ask on `lag` (its default
+/// `lagThreshold` 10, `allowIdleConsumers` false): `ceil(lag / 10)`
+/// replicas, at most `partitions`; 0 (inactive) without lag.
+pub fn kedas_rule(lag: u64, partitions: u64) -> u64 {
+    lag.div_ceil(10).min(partitions)
+}
+
+/// Prints one row of the README's table of scenarios (issue 45), in the
+/// form `SCENARIO | name | KEDA's rule | fresh-monitor | notes |`, for a
+/// run's output to be read back.
+pub fn scenario_row(name: &str, kedas: &str, ours: &str, notes: &str) {
+    println!("SCENARIO | {name} | {kedas} | {ours} | {notes} |");
 }
 
 /// A ScaledObject named `name` whose trigger names `group` and `topic`.
