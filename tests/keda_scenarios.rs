@@ -44,9 +44,13 @@ const WAIT: Duration = Duration::from_secs(120);
 #[test]
 fn plain_consumer() {
     if let Some(target) = child::target() {
-        child::plain_consumer(&target, Duration::ZERO);
+        let ms = std::env::var(HANDLER_MS).map_or(0, |v| v.parse().expect("ms"));
+        child::plain_consumer(&target, Duration::from_millis(ms));
     }
 }
+
+/// The plain consumer's time per record, in ms (default 0).
+const HANDLER_MS: &str = "FRESH_CHILD_HANDLER_MS";
 
 /// A topic of `partitions`, a group, `consumers` plain consumer processes
 /// with `props`, records produced at `per_second` over all partitions, and
@@ -71,18 +75,47 @@ impl Scenario {
         props: &[(&str, &str)],
         per_second: u32,
     ) -> Option<Scenario> {
+        Self::start_with(
+            name,
+            partitions,
+            consumers,
+            props,
+            per_second,
+            async |_: &TestCluster, _: &str| {},
+            &[],
+        )
+        .await
+    }
+
+    /// [`start`](Self::start), with `prepare(cluster, topic)` run before the
+    /// consumers start and `extra` arguments for the scaler.
+    async fn start_with(
+        name: &str,
+        partitions: i32,
+        consumers: usize,
+        props: &[(&str, &str)],
+        per_second: u32,
+        prepare: impl AsyncFnOnce(&TestCluster, &str),
+        extra: &[&str],
+    ) -> Option<Scenario> {
         support::logs::init();
         let (cluster, topic, group) = TestCluster::with_topic(name, partitions).await;
         if !cluster.is_real() {
             eprintln!("skipped: needs a broker that describes groups (DescribeGroups)");
             return None;
         }
+        prepare(&cluster, &topic).await;
         let dir = std::env::temp_dir().join(unique(name));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let consumers = (0..consumers)
             .map(|i| {
                 let mut command = child::command("plain_consumer", &cluster, &group, &topic);
-                child::plain_props(&mut command, props);
+                let (handler, props): (Vec<_>, Vec<_>) =
+                    props.iter().copied().partition(|(k, _)| *k == HANDLER_MS);
+                child::plain_props(&mut command, &props);
+                if let Some((_, ms)) = handler.first() {
+                    command.env(HANDLER_MS, ms);
+                }
                 // librdkafka's default session timeout, not the tests' short one.
                 command.env("FRESH_CHILD_SESSION_MS", "45000");
                 ChildProcess::spawn(format!("{name}-{i}"), &dir, command)
@@ -109,7 +142,7 @@ impl Scenario {
                 }
             })
         };
-        let mut scaler = Scaler::spawn(&cluster, &group, &topic, &[]);
+        let mut scaler = Scaler::spawn(&cluster, &group, &topic, extra);
         let object = object(name, &group, &topic);
         let keda = scaler.client(&object, WAIT).await;
         Some(Scenario {
@@ -303,6 +336,85 @@ async fn a_group_committing_every_minute_is_never_dead() {
         &range(kedas),
         &range(ours),
         &format!("{diagnoses:?} over 150 s; never dead"),
+    );
+    s.stop().await;
+}
+
+/// A group reading one topic (3 partitions) of the two the scaler watches
+/// (the other has 6, produced to and read by nobody): one consumer at 20 ms
+/// a record against 150 records/s and a backlog stamped 90 s ago is
+/// `consumer_bound`, and the scaler asks for at most 3 replicas, the
+/// partitions of the topic it reads (it was told to scale to 4 on a
+/// 3-partition topic, the other topic's partitions and production added
+/// in). A trigger naming the other topic is `NOT_FOUND`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_scaled_on_the_topic_it_reads() {
+    let other = unique("sc-other");
+    let prepare = async |cluster: &TestCluster, topic: &str| {
+        cluster.create_topic(&other, 6).await;
+        cluster.produce_many(&other, 6, 500).await;
+        let old = support::kafka::now_ms() - 90_000;
+        let mut pending = Vec::new();
+        for p in 0..3 {
+            for i in 0..3_000 {
+                let key = format!("k{i}");
+                pending.push(
+                    cluster.enqueue(
+                        FutureRecord::to(topic)
+                            .partition(p)
+                            .key(&key)
+                            .payload("backlog")
+                            .timestamp(old),
+                    ),
+                );
+            }
+        }
+        support::kafka::acked(pending).await;
+    };
+    let Some(mut s) = Scenario::start_with(
+        "sc-two-topics",
+        3,
+        1,
+        &[(HANDLER_MS, "20")],
+        150,
+        prepare,
+        &["--topic", &other],
+    )
+    .await
+    else {
+        return;
+    };
+    let mut seen = 0;
+    let mut asked = Vec::new();
+    let mut kedas = Vec::new();
+    let bound = loop {
+        let c = s.next_cycle(&mut seen).await;
+        let (replicas, _) = s.ask().await;
+        asked.push(replicas as u64);
+        kedas.push(kedas_rule(c.lag, s.partitions));
+        assert!(replicas <= 3, "asked {asked:?}: {}", c.line);
+        if replicas > 1 {
+            break c;
+        }
+        assert!(seen < 40, "never scaled up: {asked:?}: {}", c.line);
+    };
+    assert_eq!(asked.last(), Some(&3), "{}", bound.line);
+    let wrong = object("sc-two-topics-other", &s.group, &other);
+    let e = s
+        .keda
+        .0
+        .get_metric_spec(wrong)
+        .await
+        .expect_err("the other topic");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    scenario_row(
+        "two topics watched, the group reads one (3 partitions; the other 6), consumer-bound",
+        &range(kedas),
+        &format!("{asked:?}"),
+        &format!(
+            "{}; a trigger naming the other topic: NOT_FOUND",
+            bound.diagnosis
+        ),
     );
     s.stop().await;
 }
