@@ -125,3 +125,65 @@ fn a_hot_partition_that_keeps_up_is_not_skewed() {
     });
     assert_eq!(r.diagnosis, Diagnosis::ConsumerBound, "{r:#?}");
 }
+
+/// Consumer `a` drains a backlog on partition 0 (records waiting, commits
+/// moving) while its partition 1 waits its turn: frozen 8 s (over
+/// `stall_after`, 5 s) as records arrive. Consumer `b` keeps up. Without the
+/// owners that reads `stuck` (a poison record); with them, partition 1
+/// waits behind its neighbour. A partition frozen on a consumer that has
+/// nothing else to do is `stuck` either way.
+#[test]
+fn a_partition_waiting_behind_its_consumers_backlog_is_not_stuck() {
+    let frame = |owners: bool, draining: bool| {
+        move |c: i64| {
+            let now = NOW_MS + c * 1000;
+            let p0 = if draining {
+                obs(
+                    0,
+                    Some(100 * c),
+                    0,
+                    5_000 + 100 * c,
+                    at(100 * c, now - 20_000),
+                )
+            } else {
+                obs(0, Some(100 * c), 0, 100 * c, HeadRead::NotNeeded)
+            };
+            let mut v = vec![
+                p0,
+                obs(1, Some(50), 0, 60 + 5 * c, at(50, NOW_MS - 20_000)),
+                obs(2, Some(10 * c), 0, 10 * c + 1, at(10 * c, now - 100)),
+                obs(3, Some(10 * c), 0, 10 * c + 1, at(10 * c, now - 100)),
+            ];
+            if owners {
+                for (i, o) in v.iter_mut().enumerate() {
+                    o.owner = owner(if i < 2 { "a" } else { "b" });
+                }
+            }
+            v
+        }
+    };
+    let blind = run(
+        &mut GroupTracker::default(),
+        &rules(),
+        12,
+        frame(false, true),
+    );
+    assert_eq!(blind.diagnosis, Diagnosis::Stuck, "{blind:#?}");
+    let seen = run(
+        &mut GroupTracker::default(),
+        &rules(),
+        12,
+        frame(true, true),
+    );
+    assert_ne!(seen.diagnosis, Diagnosis::Stuck, "{seen:#?}");
+    assert_eq!(seen.partitions[1].status, LagStatus::Stalled);
+    let poison = run(
+        &mut GroupTracker::default(),
+        &rules(),
+        12,
+        frame(true, false),
+    );
+    assert_eq!(poison.diagnosis, Diagnosis::Stuck, "{poison:#?}");
+    assert_eq!(poison.named.len(), 1);
+    assert_eq!(poison.named[0].partition, 1);
+}
