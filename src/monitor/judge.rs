@@ -112,6 +112,9 @@ pub(crate) struct GroupTracker {
     /// The group's partition assignor as the brokers last named it (for
     /// the replica cap, [`replica_cap`]).
     pub(crate) assignor: Option<String>,
+    /// Cycles whose described assignments could not be read
+    /// ([`GroupReport::assignments_unreadable`]).
+    pub(crate) assignments_unreadable: u64,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -622,6 +625,7 @@ impl GroupTracker {
             scaling,
             timestamps_missing: self.missing,
             timestamps_future: self.future,
+            assignments_unreadable: self.assignments_unreadable,
         }
     }
 }

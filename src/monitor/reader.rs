@@ -110,6 +110,9 @@ pub(crate) struct GroupReads {
     /// The group's partition assignor (`range`, `cooperative-sticky`, a
     /// KIP-848 server assignor such as `uniform`), if the brokers say.
     pub(crate) assignor: Option<String>,
+    /// The brokers described the group with members, but none of their
+    /// assignments could be read ([`unreadable`]).
+    pub(crate) assignments_unreadable: bool,
 }
 
 /// One cycle's reads: per group, its observations.
@@ -167,6 +170,17 @@ fn members(
     let assignor = (g.protocol_type() == "consumer" && !g.protocol().is_empty())
         .then(|| g.protocol().to_owned());
     Some((g.members().len() as u32, g.state().to_owned(), assignor))
+}
+
+/// A described group that is `Stable` with members and committed offsets,
+/// none of whose members has an assignment librdkafka could read: its
+/// protocol is not Kafka's consumer protocol. (Between rebalances, or for
+/// a group without offsets, empty assignments are ordinary.)
+fn unreadable(d: &describe::Described, observations: &[Observation]) -> bool {
+    d.members > 0
+        && d.state.eq_ignore_ascii_case("stable")
+        && d.assignments.iter().all(|m| m.partitions.is_empty())
+        && observations.iter().any(|o| o.committed.is_some())
 }
 
 /// Sets each observation's owner from a described group's members.
@@ -382,6 +396,7 @@ impl Reader {
                         g.assignor.clone_from(&d.assignor);
                     }
                     owners(&mut g.observations, &d.assignments);
+                    g.assignments_unreadable = unreadable(d, &g.observations);
                 }
                 // The mock broker answers each group so.
                 Some(Err(code)) if refused(*code) => {
@@ -499,6 +514,7 @@ impl Reader {
                 members,
                 state,
                 assignor,
+                assignments_unreadable: false,
             });
         }
         let read = Instant::now();
@@ -675,7 +691,7 @@ pub(crate) fn reserved(property: &str) -> Option<ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::PROBE_PROPERTIES;
-    use super::{Observation, observation, read_topics_only};
+    use super::{Observation, observation, owners, read_topics_only, unreadable};
 
     fn o(topic: &str, partition: i32, committed: Option<i64>) -> Observation {
         observation(topic, partition, (0, 10, 10), committed, true)
@@ -684,6 +700,50 @@ mod tests {
     /// A group with committed offsets on `orders` only is judged on
     /// `orders`; a group with none anywhere keeps every watched topic (it
     /// reads `no_offsets`).
+    #[test]
+    fn a_stable_group_whose_assignments_cannot_be_read_is_flagged_and_owners_set() {
+        use crate::monitor::describe::{Described, Member};
+        let member = |id: &str, partitions: Vec<(String, i32)>| Member {
+            member_id: id.into(),
+            client_id: "c".into(),
+            host: "/10.0.0.1".into(),
+            partitions,
+        };
+        let described = |state: &str, members: Vec<Member>| Described {
+            members: members.len() as u32,
+            state: state.into(),
+            assignor: None,
+            assignments: members,
+        };
+        let mut obs = vec![o("orders", 0, Some(5)), o("orders", 1, Some(7))];
+        let read = described(
+            "Stable",
+            vec![
+                member("a", vec![("orders".into(), 1)]),
+                member("b", vec![("orders".into(), 0)]),
+            ],
+        );
+        owners(&mut obs, &read.assignments);
+        assert_eq!(
+            obs[0].owner.as_ref().map(|o| o.member_id.as_str()),
+            Some("b")
+        );
+        assert_eq!(
+            obs[1].owner.as_ref().map(|o| o.member_id.as_str()),
+            Some("a")
+        );
+        assert!(!unreadable(&read, &obs));
+
+        let blank = described("Stable", vec![member("a", vec![]), member("b", vec![])]);
+        assert!(unreadable(&blank, &obs), "members, offsets, no assignment");
+        let rebalancing = described("PreparingRebalance", vec![member("a", vec![])]);
+        assert!(!unreadable(&rebalancing, &obs), "between rebalances");
+        let empty = described("Empty", vec![]);
+        assert!(!unreadable(&empty, &obs));
+        let fresh = vec![o("orders", 0, None)];
+        assert!(!unreadable(&blank, &fresh), "no offsets yet");
+    }
+
     #[test]
     fn a_group_is_judged_on_the_topics_it_reads() {
         let kept = read_topics_only(vec![

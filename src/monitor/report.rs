@@ -93,6 +93,14 @@ pub struct GroupReport {
     /// started, whose timestamp was later than the monitor's clock: their
     /// partitions' time lag is reported as 0. Each record counts once.
     pub timestamps_future: u64,
+    /// Cycles, since the monitor started, in which the brokers described
+    /// the group as `Stable` with members and committed offsets, but no
+    /// member's assignment could be read (a group whose protocol is not
+    /// Kafka's consumer protocol, so librdkafka cannot decode it): those
+    /// cycles judged the group's partitions without their owners (the
+    /// group-wide rules only, [`PartitionLag::owner`] `None`), never a
+    /// guess at who owns what. Logged at INFO the first time.
+    pub assignments_unreadable: u64,
 }
 
 impl GroupReport {

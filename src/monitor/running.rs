@@ -135,6 +135,12 @@ impl Monitor {
             .map(|g| {
                 let tracker = self.trackers.entry(g.group.clone()).or_default();
                 tracker.assignor.clone_from(&g.assignor);
+                if g.assignments_unreadable {
+                    if tracker.assignments_unreadable == 0 {
+                        tracing::info!(group = %g.group, "the brokers describe the group's members, but none of their assignments can be read (not Kafka's consumer protocol?): it is judged without the partitions' owners");
+                    }
+                    tracker.assignments_unreadable += 1;
+                }
                 let mut report = tracker.evaluate(
                     &g.group,
                     &g.observations,

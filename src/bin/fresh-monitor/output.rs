@@ -267,7 +267,7 @@ pub fn json(r: &MonitorReport) -> String {
                 Scaling::NotNeeded => ("null".into(), "null".into(), "null".into(), "null".into()),
             };
             format!(
-                "{{\"group\":{},\"diagnosis\":{},\"named\":[{}],\"members\":{},\"total_lag\":{},\"max_time_lag_s\":{},\"commit_rate\":{:.3},\"produce_rate\":{:.3},\"drain_time_s\":{},\"current_replicas\":{},\"replicas_suggested\":{},\"throughput_factor\":{},\"suggestion_withheld\":{},\"timestamps_missing\":{},\"timestamps_future\":{},\"partitions\":[{}]}}",
+                "{{\"group\":{},\"diagnosis\":{},\"named\":[{}],\"members\":{},\"total_lag\":{},\"max_time_lag_s\":{},\"commit_rate\":{:.3},\"produce_rate\":{:.3},\"drain_time_s\":{},\"current_replicas\":{},\"replicas_suggested\":{},\"throughput_factor\":{},\"suggestion_withheld\":{},\"timestamps_missing\":{},\"timestamps_future\":{},\"assignments_unreadable\":{},\"partitions\":[{}]}}",
                 js(&g.group),
                 js(g.diagnosis.as_str()),
                 named.join(","),
@@ -283,6 +283,7 @@ pub fn json(r: &MonitorReport) -> String {
                 withheld,
                 g.timestamps_missing,
                 g.timestamps_future,
+                g.assignments_unreadable,
                 parts.join(",")
             )
         })

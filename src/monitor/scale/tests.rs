@@ -150,6 +150,7 @@ fn report(
             scaling: Scaling::NotNeeded,
             timestamps_missing: 0,
             timestamps_future: 0,
+            assignments_unreadable: 0,
         }],
     })
 }
