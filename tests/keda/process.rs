@@ -38,6 +38,12 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The max time lag in seconds, when printed in seconds (under a
+    /// minute: `12.3s`).
+    pub fn time_lag_secs(&self) -> Option<f64> {
+        self.max_time_lag.strip_suffix('s')?.parse().ok()
+    }
+
     /// Parses `group G: diagnosis (named) | members M | lag N | max time lag T | ...`.
     pub fn parse(line: &str, group: &str) -> Option<Summary> {
         let rest = line.strip_prefix(&format!("group {group}: "))?;
