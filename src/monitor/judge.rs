@@ -466,10 +466,12 @@ impl GroupTracker {
         };
         // The stalled partitions that are not waiting their turn: when the
         // owners are known, a stalled partition whose consumer is draining
-        // a backlog on another partition it owns (records waiting there,
-        // its commit moving) waits behind that backlog (a plain consumer
-        // handles a fetched batch of one partition before the next); that
-        // is a busy consumer, judged below, not a blocked partition.
+        // a larger backlog on another partition it owns (more records
+        // waiting there, its commit moving) waits behind it (a plain
+        // consumer handles a fetched batch of one partition before the
+        // next); that is a busy consumer, judged below, not a blocked
+        // partition. A blocked partition beside neighbours that keep up
+        // (a few records in flight) is still `stuck`.
         let frozen_alone: Vec<&Judged> = lagging
             .iter()
             .copied()
@@ -478,10 +480,11 @@ impl GroupTracker {
                 let Some(owner) = &j.row.owner else {
                     return true;
                 };
+                let waiting = j.row.offset_lag.unwrap_or(0);
                 !with_offsets.iter().any(|o| {
                     o.row.owner.as_ref() == Some(owner)
                         && o.row.status != LagStatus::Stalled
-                        && o.row.offset_lag.is_some_and(|l| l > 0)
+                        && o.row.offset_lag.is_some_and(|l| l > waiting)
                         && o.row.commit_unchanged_for.is_some_and(|u| u < stall_after)
                 })
             })

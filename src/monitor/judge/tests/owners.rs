@@ -187,3 +187,27 @@ fn a_partition_waiting_behind_its_consumers_backlog_is_not_stuck() {
     assert_eq!(poison.named.len(), 1);
     assert_eq!(poison.named[0].partition, 1);
 }
+
+/// This library's own consumer handles its partitions concurrently: a
+/// poison record blocks partition 1 while partition 0, on the same
+/// consumer, keeps up with a few records in flight (offset lag 3, its
+/// commit moving). Partition 1 is not waiting behind a larger backlog: it
+/// is `stuck` (as `tests/monitor.rs` checks on both brokers).
+#[test]
+fn a_blocked_partition_beside_a_neighbour_keeping_up_is_stuck() {
+    let r = run(&mut GroupTracker::default(), &rules(), 12, |c| {
+        let now = NOW_MS + c * 1000;
+        let mut v = vec![
+            obs(0, Some(20 * c), 0, 20 * c + 3, at(20 * c, now - 150)),
+            obs(1, Some(50), 0, 60 + 20 * c, at(50, NOW_MS - 20_000)),
+            obs(2, Some(20 * c), 0, 20 * c, HeadRead::NotNeeded),
+        ];
+        for o in &mut v {
+            o.owner = owner("a");
+        }
+        v
+    });
+    assert_eq!(r.diagnosis, Diagnosis::Stuck, "{r:#?}");
+    assert_eq!(r.named.len(), 1);
+    assert_eq!(r.named[0].partition, 1);
+}
