@@ -697,9 +697,9 @@ mod tests {
         observation(topic, partition, (0, 10, 10), committed, true)
     }
 
-    /// A group with committed offsets on `orders` only is judged on
-    /// `orders`; a group with none anywhere keeps every watched topic (it
-    /// reads `no_offsets`).
+    /// Owners come from the described members' assignments; a `Stable`
+    /// group with members and offsets but no readable assignment is
+    /// flagged, a rebalancing, empty or offset-less one is not.
     #[test]
     fn a_stable_group_whose_assignments_cannot_be_read_is_flagged_and_owners_set() {
         use crate::monitor::describe::{Described, Member};
@@ -744,6 +744,9 @@ mod tests {
         assert!(!unreadable(&blank, &fresh), "no offsets yet");
     }
 
+    /// A group with committed offsets on `orders` only is judged on
+    /// `orders`; a group with none anywhere keeps every watched topic (it
+    /// reads `no_offsets`).
     #[test]
     fn a_group_is_judged_on_the_topics_it_reads() {
         let kept = read_topics_only(vec![

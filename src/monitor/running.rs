@@ -55,7 +55,7 @@ pub struct Monitor {
     trackers: HashMap<String, GroupTracker>,
     rules: Rules,
     interval: Duration,
-    /// When the last cycle started and when the next one is due
+    /// When the first cycle started and which cycle is due next
     /// ([`Monitor::until_next_cycle`]).
     pace: Pace,
     shared: Arc<Shared>,
