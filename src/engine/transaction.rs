@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, Producer};
 
 use crate::output::OutputProducer;
@@ -31,6 +31,10 @@ use crate::metrics::instruments::{Instruments, kafka_error_name};
 /// How long `init_transactions`, `send_offsets_to_transaction`,
 /// `commit_transaction` and `abort_transaction` may take.
 pub(crate) const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an abort the library decided on waits for the transaction's
+/// outputs to be written first (see [`Transactions::end`]).
+const ABORT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The abort reason of a transaction the broker timed out.
 const TIMED_OUT: &str = "transaction_timeout";
@@ -140,6 +144,10 @@ impl Gate {
 pub(crate) enum Doom {
     /// A handler call that wrote into it failed.
     HandlerFailed,
+    /// librdkafka refused a handler call's output because the transaction
+    /// failed (its abortable state): it cannot commit, and its outputs
+    /// are not written any more.
+    TransactionFailed,
 }
 
 /// The transactions of one run: the transactional output producer, the
@@ -215,24 +223,44 @@ impl Transactions {
         self.outputs.handle()
     }
 
-    /// After a fatal error `e` on a transactional call: when the open
-    /// transaction (first written at `since`) is older than
-    /// `transaction.timeout.ms`, the broker aborted it and bumped the
-    /// producer's epoch, which librdkafka reports as a fence (`_FENCED`):
-    /// the producer is replaced by a new one with the same
-    /// `transactional.id`, whose transactions begin afresh (`Ok`; the
-    /// caller rewinds). Otherwise another producer with the same id fenced
-    /// this one: the run stops (`Err`).
-    fn recover(&self, e: KafkaError, since: Option<Instant>) -> Result<(), KafkaError> {
-        if since.is_none_or(|s| s.elapsed() < self.timeout) {
+    /// After a fatal error `e` on a transactional call (neither commit nor
+    /// abort is possible on this producer any more): unless another
+    /// producer with the same `transactional.id` fenced this one, the
+    /// producer is replaced by a new one with the same id, whose
+    /// `init_transactions` ends the old one's transaction (the broker
+    /// aborts it), and transactions begin afresh: `Ok` with the abort's
+    /// reason (the caller rewinds). `Err` (the run stops) for a fence:
+    /// `_FENCED`, `PRODUCER_FENCED` or `INVALID_PRODUCER_EPOCH` while the
+    /// open transaction (first written at `since`) is younger than
+    /// `transaction.timeout.ms`. An older one was aborted by the broker,
+    /// which bumps the producer's epoch: librdkafka reports that as a
+    /// fence too, and it is recovered from.
+    ///
+    /// What recovers besides a timed-out transaction: librdkafka makes
+    /// `INVALID_TXN_STATE` from the broker fatal, and the broker answers an
+    /// abort with it when it has no transaction open for the id (issue 46:
+    /// an abort right after a commit, whose next transaction's
+    /// `AddPartitionsToTxn` the coordinator had refused with
+    /// `CONCURRENT_TRANSACTIONS` while it wrote the commit's markers).
+    fn recover(&self, e: KafkaError, since: Option<Instant>) -> Result<String, KafkaError> {
+        let timed_out = since.is_some_and(|s| s.elapsed() >= self.timeout);
+        let reason = if timed_out {
+            tracing::warn!(error = %e, transaction_timeout = ?self.timeout, "the open transaction outlived transaction.timeout.ms and the broker aborted it (librdkafka reports the epoch bump as a fence); starting a new producer with the same transactional.id");
+            TIMED_OUT.to_owned()
+        } else if is_fence(&e) {
             return Err(self.set_fatal(e));
-        }
-        tracing::warn!(error = %e, transaction_timeout = ?self.timeout, "the open transaction outlived transaction.timeout.ms and the broker aborted it (librdkafka reports the epoch bump as a fence); starting a new producer with the same transactional.id");
+        } else {
+            tracing::warn!(error = %e, "the transactional output producer raised a fatal error, but no other producer fenced it: starting a new producer with the same transactional.id (its init_transactions ends the old one's transaction)");
+            e.rdkafka_error_code()
+                .map(kafka_error_name)
+                .unwrap_or_else(|| "_FATAL".to_owned())
+        };
         let old = self.outputs.replace().map_err(|e| self.set_fatal(e))?;
         // Dropped here, on the committer's thread: purges, flushes and
         // joins the old producer's threads.
         drop(old);
-        self.init().map_err(|e| self.set_fatal(e))
+        self.init().map_err(|e| self.set_fatal(e))?;
+        Ok(reason)
     }
 
     /// The fatal error that ended the transactions, if any.
@@ -267,8 +295,15 @@ impl Transactions {
     }
 
     /// The open transaction must be aborted (called inside the gate).
+    /// [`Doom::TransactionFailed`] wins over an earlier reason: the abort
+    /// must not wait for outputs that cannot be written any more.
     pub(crate) fn doom(&self, why: Doom) {
-        lock(&self.open).doom.get_or_insert(why);
+        let mut open = lock(&self.open);
+        if why == Doom::TransactionFailed {
+            open.doom = Some(why);
+        } else {
+            open.doom.get_or_insert(why);
+        }
     }
 
     /// Whether the open transaction must be aborted.
@@ -305,6 +340,7 @@ impl Transactions {
         let revoked = members.iter().any(|m| m.revoked.load(Ordering::Acquire));
         let abort_reason = match doom {
             Some(Doom::HandlerFailed) => Some("handler_failed".to_owned()),
+            Some(Doom::TransactionFailed) => Some("transaction_failed".to_owned()),
             None if revoked => Some("partition_revoked".to_owned()),
             None => None,
         };
@@ -329,21 +365,35 @@ impl Transactions {
                         .map(kafka_error_name)
                         .unwrap_or_else(|| "_OTHER".to_owned());
                     if is_fatal(&e) {
-                        self.recover(e, since)?;
-                        return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+                        let reason = self.recover(e, since)?;
+                        return Ok(self.aborted(&members, started, reason));
                     }
                     name
                 }
             },
         };
-        if let Err(e) = self.producer().abort_transaction(TRANSACTION_CALL_TIMEOUT) {
-            // A fatal producer (the broker timed the transaction out, see
-            // `recover`) starts afresh; any other failed abort leaves the
-            // producer in a state the library cannot reason about: stop
-            // rather than guess.
+        let producer = self.producer();
+        if doom == Some(Doom::HandlerFailed) || (doom.is_none() && revoked) {
+            // The library's own decision, on a transaction librdkafka
+            // still holds open: its outputs are written first. An abort
+            // purges the outputs still queued, and a produce request
+            // already built but not sent leaves a gap in the partition's
+            // sequence numbers that fails the next transaction
+            // (OUT_OF_ORDER_SEQUENCE_NUMBER); and an abort of a
+            // transaction whose partitions the coordinator has not
+            // registered yet is refused (INVALID_TXN_STATE, see
+            // `recover`). Bounded: an output that cannot be written (the
+            // transaction turned abortable meanwhile) is purged by the
+            // abort after the wait.
+            let _ = producer.flush(ABORT_FLUSH_TIMEOUT);
+        }
+        if let Err(e) = producer.abort_transaction(TRANSACTION_CALL_TIMEOUT) {
+            // A fatal producer (not fenced, see `recover`) starts afresh;
+            // any other failed abort leaves the producer in a state the
+            // library cannot reason about: stop rather than guess.
             if is_fatal(&e) {
-                self.recover(e, since)?;
-                return Ok(self.aborted(&members, started, TIMED_OUT.to_owned()));
+                let reason = self.recover(e, since)?;
+                return Ok(self.aborted(&members, started, reason));
             }
             return Err(self.set_fatal(e));
         }
@@ -427,6 +477,20 @@ fn is_fatal(e: &KafkaError) -> bool {
         KafkaError::Transaction(e) => e.is_fatal(),
         _ => false,
     }
+}
+
+/// Whether `e` says that a newer producer with the same
+/// `transactional.id` exists (or the broker aborted a timed-out
+/// transaction, which bumps the epoch and reads the same).
+fn is_fence(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+        )
+    )
 }
 
 fn now_ns() -> i64 {

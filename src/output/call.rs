@@ -148,6 +148,9 @@ struct State {
     pending: Vec<(String, DeliveryFuture)>,
     /// Outputs queued by the call so far.
     sent: usize,
+    /// librdkafka refused an output because the open transaction failed
+    /// ([`OutputError::TransactionFailed`]).
+    refused: bool,
 }
 
 impl Call {
@@ -168,6 +171,7 @@ impl Call {
                 open: true,
                 pending: Vec::new(),
                 sent: 0,
+                refused: false,
             }),
         })
     }
@@ -246,6 +250,13 @@ impl Call {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => r,
                     Err((error, _)) => {
                         self.producer.sent(&output.topic, Some(&error));
+                        if self.producer.transactional && refused_by_transaction(&error) {
+                            state.refused = true;
+                            return Err(OutputError::TransactionFailed {
+                                topic: output.topic.clone(),
+                                error,
+                            });
+                        }
                         self.producer.after_failure(self.sender().clone());
                         return Err(OutputError::Queue {
                             topic: output.topic.clone(),
@@ -262,6 +273,13 @@ impl Call {
     /// the open transaction).
     pub(crate) fn sent(&self) -> usize {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).sent
+    }
+
+    /// Whether librdkafka refused one of the call's outputs because the
+    /// open transaction failed: the call's result says nothing about its
+    /// record (the transaction must be aborted, its partitions rewound).
+    pub(crate) fn refused(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).refused
     }
 
     /// Ends the call and takes its outputs not yet settled.
@@ -333,6 +351,16 @@ impl Drop for Call {
             drop(runtime.spawn_blocking(move || drop(sender)));
         }
     }
+}
+
+/// Whether a transactional producer refused an output because of its
+/// transaction's state: `_STATE` while the transaction is in librdkafka's
+/// abortable state (a write into it failed), `_FATAL` after a fatal error.
+fn refused_by_transaction(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::State | RDKafkaErrorCode::Fatal)
+    )
 }
 
 async fn settle(delivery: DeliveryFuture) -> Result<(), KafkaError> {

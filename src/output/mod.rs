@@ -354,6 +354,23 @@ pub enum OutputError {
         #[source]
         error: KafkaError,
     },
+    /// With transactional outputs: librdkafka refused the output because
+    /// the open transaction failed (`_STATE` in its abortable state, after
+    /// a write into it failed; `_FATAL` after a fatal error). The
+    /// transaction cannot commit: the library aborts it and the partitions
+    /// that wrote into it, this call's included, are handled again from
+    /// their last committed offsets. Whatever the handler returns after
+    /// it, the call is not an attempt of its record (it does not use up
+    /// the retry policy's attempts, nor park or block the record); return
+    /// it with `?`.
+    #[error("output to `{topic}` refused: the open transaction failed and is aborted")]
+    TransactionFailed {
+        /// The output's topic.
+        topic: String,
+        /// librdkafka's error.
+        #[source]
+        error: KafkaError,
+    },
     /// The broker did not acknowledge the output (the attempt fails with
     /// `error.type` = `output_error`).
     #[error("output to `{topic}` was not acknowledged")]

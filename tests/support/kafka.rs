@@ -18,7 +18,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::ToBytes;
+use rdkafka::message::{Message, ToBytes};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{
     DefaultProducerContext, DeliveryFuture, FutureProducer, FutureRecord, Producer,
@@ -670,4 +670,42 @@ impl TestCluster {
         );
         records
     }
+}
+
+/// Every record of `topic` a `read_committed` reader sees (up to the last
+/// stable offset), as its key's text: read with partition EOF events so
+/// that transaction markers and aborted records, which take offsets but
+/// are not delivered, do not make the read wait.
+pub fn read_committed(bootstrap: &str, topic: &str, partitions: i32) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "fresh-consumer-tests-read-committed")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut at_end = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while at_end.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "read {topic}: no EOF in time");
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned());
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("read {topic}: {e}"),
+            None => {}
+        }
+    }
+    out
 }

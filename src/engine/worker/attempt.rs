@@ -293,17 +293,37 @@ impl<H: Handler> Worker<H> {
             let span = trace.attempt(&record, attempt);
             // The batch call that failed at this record recorded its own
             // duration.
-            let (outcome, recorded, sent) = match prior.take() {
-                Some(p) => (Attempt::Failed(p.kind, p.error), false, 0),
+            let (outcome, recorded, sent, refused) = match prior.take() {
+                Some(p) => (Attempt::Failed(p.kind, p.error), false, 0, false),
                 None => {
                     if self.engine.settings.batch.is_some() {
                         // A batch handler's record on its own: a batch of one.
                         self.state.metrics.batch_handled(1);
                     }
-                    let (outcome, sent) = self.call_handler(&span, &record, times.origin_ms).await;
-                    (outcome, true, sent)
+                    let (outcome, sent, refused) =
+                        self.call_handler(&span, &record, times.origin_ms).await;
+                    (outcome, true, sent, refused)
                 }
             };
+            if refused && let Some(tx) = &self.engine.transactions {
+                // The open transaction failed under the call (librdkafka
+                // refused an output): whatever the handler made of that,
+                // the call says nothing about the record, and is not one
+                // of its attempts. The transaction is aborted and this
+                // partition, now one of its members, rewound: the next
+                // turn waits for the abort (`enter_transaction`) and the
+                // record comes again from the last committed offset.
+                tx.joined(&self.state, started);
+                tx.doom(Doom::TransactionFailed);
+                let _ = self.engine.committer.send(CommitCmd::Now);
+                drop(inside);
+                span.failed("transaction_failed", || {
+                    "the open transaction failed: aborted, the partition rewound".to_owned()
+                });
+                span.end(Outcome::Stopped);
+                attempt -= 1;
+                continue;
+            }
             if sent > 0
                 && let Some(tx) = &self.engine.transactions
             {

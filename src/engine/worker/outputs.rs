@@ -18,13 +18,16 @@ impl<H: Handler> Worker<H> {
     /// attempt waits for the broker's acknowledgement of each output; one
     /// that failed fails the attempt ([`AttemptError::Output`]). With
     /// transactional outputs there is no wait (the transaction's commit
-    /// does it). Also returns how many outputs the call sent.
+    /// does it). Also returns how many outputs the call sent, and whether
+    /// librdkafka refused one because the open transaction failed
+    /// ([`crate::output::OutputError::TransactionFailed`]: the attempt's
+    /// outcome then says nothing about the record).
     pub(super) async fn call_handler(
         &self,
         span: &AttemptSpan<'_>,
         record: &Record,
         origin_ms: Option<i64>,
-    ) -> (Attempt, usize) {
+    ) -> (Attempt, usize, bool) {
         let Some(producer) = &self.engine.outputs else {
             let result = self
                 .guarded(span, || self.handler.handle(record.clone()))
@@ -34,7 +37,7 @@ impl<H: Handler> Worker<H> {
                 Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e.into()),
                 Err((kind, error)) => Attempt::Failed(kind, error),
             };
-            return (attempt, 0);
+            return (attempt, 0, false);
         };
         let call = Call::new(producer, origin_ms, span.headers());
         let result = self
@@ -62,7 +65,7 @@ impl<H: Handler> Worker<H> {
             Ok(Err(e)) => Attempt::Failed(AttemptError::Handler, e),
             Err((kind, error)) => Attempt::Failed(kind, error),
         };
-        (attempt, call.sent())
+        (attempt, call.sent(), call.refused())
     }
 
     /// One batch handler call on `records` inside `span`, as

@@ -1,0 +1,372 @@
+//! Issue 46, item 3: no transactional member dies of aborts.
+//!
+//! Two transforming consumer processes (cooperative-sticky, each with its
+//! own `transactional.id`), the first call of 1 % of the inputs failing
+//! after its output was sent (every such failure aborts the open transaction and
+//! rewinds the partitions that wrote into it; the failing input is handled
+//! again and succeeds), 40,002 inputs over six
+//! partitions, one SIGKILL of one member and a new incarnation of it (whose
+//! `init_transactions` ends the killed one's open transaction). Neither
+//! member may end its run: no `RunError::Fatal` (nothing fenced them), no
+//! partition blocked by refused sends, and a `read_committed` reader sees
+//! each input's output exactly once.
+//!
+//! Needs a real broker (the mock writes no transaction markers and does not
+//! time transactions out): skipped on the mock.
+
+mod support;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fresh_consumer::metrics::{
+    ERROR_TYPE, MESSAGING_CONSUMER_GROUP_NAME, MESSAGING_SYSTEM, TRANSACTION_OUTCOME, TRANSACTIONS,
+};
+use fresh_consumer::output::OutputError;
+use fresh_consumer::testing::TestMetrics;
+use fresh_consumer::{BoxError, Output, OutputConfig, Record, RetryPolicy};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use support::child::{self, ChildProcess};
+use support::kafka::{TestCluster, read_committed};
+use support::run::start;
+use support::wait::WAIT;
+
+const PARTITIONS: i32 = 6;
+const PER_PARTITION: usize = 6_667;
+
+const OUT_TOPIC: &str = "FRESH_TXA_OUT_TOPIC";
+const MEMBER: &str = "FRESH_TXA_MEMBER";
+/// Set to turn librdkafka's `eos` debug log on in the members (to see
+/// which transactional call failed, and in which producer state).
+const DEBUG: &str = "FRESH_TXA_DEBUG";
+
+/// Whether the input `n` (partition and offset) fails its first call
+/// after sending (about one input in a hundred; splitmix64, so the
+/// failures spread). Only its first call in a process: a failure on every
+/// call of 1 % of the calls would doom nearly every transaction of a
+/// 50 ms commit cycle (about 150 calls) and the group would crawl.
+fn fails(n: u64) -> bool {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % 100 == 0
+}
+
+/// The member process: writes one output per input (keyed by the input's
+/// `partition/offset`), and fails 1 % of its calls after the output was
+/// sent. Runs until the parent closes its stdin or kills it; prints how
+/// its run ended.
+#[test]
+fn child_aborting_transformer() {
+    let Some(target) = child::target() else {
+        return;
+    };
+    support::logs::init();
+    let to = child::var(OUT_TOPIC);
+    let member = child::var(MEMBER);
+    // The inputs whose first call failed already (in this process).
+    let failed = Arc::new(Mutex::new(HashSet::new()));
+    let handler = move |r: Record| {
+        let (to, failed) = (to.clone(), Arc::clone(&failed));
+        async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            fresh_consumer::outputs()?
+                .send(
+                    Output::to(&to)
+                        .key(format!("{}/{}", r.partition(), r.offset()))
+                        .payload(r.payload().unwrap_or_default()),
+                )
+                .await?;
+            let id = ((r.partition() as u64) << 32) | r.offset() as u64;
+            if fails(id) && failed.lock().unwrap().insert(id) {
+                return Err::<(), BoxError>("injected failure after the output was sent".into());
+            }
+            Ok(())
+        }
+    };
+    let mut outputs = OutputConfig::new().transactional_id(format!("{}-tx-{member}", target.group));
+    if std::env::var(DEBUG).is_ok() {
+        outputs = outputs.producer_property("debug", "eos");
+    }
+    let consumer = child::consumer(handler, &target)
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .outputs(outputs);
+    let result = child::block_on(consumer.run_until(child::stdin_closed()));
+    match &result {
+        Ok(summary) => eprintln!(
+            "child result: Ok (records_blocked={})",
+            summary.records_blocked
+        ),
+        Err(e) => eprintln!("child result: Err({e:?})"),
+    }
+}
+
+/// How many lines of `log` contain `needle`.
+fn lines_with(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_member_dies_of_aborts() {
+    let started = Instant::now();
+    let (cluster, topic, group) = TestCluster::with_topic("tx-aborts", PARTITIONS).await;
+    if !cluster.is_real() {
+        eprintln!("skipped: needs a real broker (the mock writes no transaction markers)");
+        return;
+    }
+    let out_topic = cluster.topic("tx-aborts-out", PARTITIONS).await;
+    cluster
+        .produce_many(&topic, PARTITIONS, PER_PARTITION)
+        .await;
+    let dir: PathBuf = std::env::temp_dir().join(format!("fresh-{group}"));
+    std::fs::create_dir_all(&dir).expect("child dir");
+    let spawn = |name: &str, member: usize| {
+        let mut command = child::command("child_aborting_transformer", &cluster, &group, &topic);
+        command
+            .env(OUT_TOPIC, &out_topic)
+            .env(MEMBER, member.to_string());
+        if let Ok(v) = std::env::var(DEBUG) {
+            command.env(DEBUG, v).env("RUST_LOG", "librdkafka=debug");
+        }
+        ChildProcess::spawn(name, &dir, command)
+    };
+    let total = PARTITIONS as i64 * PER_PARTITION as i64;
+    let committed = || async {
+        let offsets = cluster.committed(&group, &topic, PARTITIONS).await;
+        offsets.iter().map(|o| (*o).max(0)).sum::<i64>()
+    };
+    let mut a = spawn("member-a", 0);
+    let mut b = spawn("member-b", 1);
+    // SIGKILL member b a third of the way through, then start it again
+    // (same transactional id).
+    let deadline = Instant::now() + 3 * WAIT;
+    while committed().await < total / 3 {
+        assert!(Instant::now() < deadline, "a third committed in time");
+        a.assert_running();
+        b.assert_running();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.kill();
+    eprintln!(
+        "killed member b at {} of {total} committed",
+        committed().await
+    );
+    let mut b2 = spawn("member-b2", 1);
+    let deadline = Instant::now() + 3 * WAIT;
+    while committed().await < total {
+        if Instant::now() > deadline {
+            panic!(
+                "not every input committed in time ({} of {total})",
+                committed().await
+            );
+        }
+        a.assert_running();
+        b2.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.stop().await;
+    b2.stop().await;
+    let logs = [a.log_text(), b.log_text(), b2.log_text()];
+    let keys = {
+        let (bs, t) = (cluster.bootstrap().to_owned(), out_topic.clone());
+        tokio::task::spawn_blocking(move || read_committed(&bs, &t, PARTITIONS))
+            .await
+            .unwrap()
+    };
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for k in &keys {
+        *counts.entry(k.as_str()).or_default() += 1;
+    }
+    let lost = (0..PARTITIONS)
+        .flat_map(|p| (0..PER_PARTITION).map(move |o| format!("{p}/{o}")))
+        .filter(|id| !counts.contains_key(id.as_str()))
+        .count();
+    let duplicates: usize = counts.values().map(|n| n - 1).sum();
+    let aborted: usize = logs
+        .iter()
+        .map(|l| lines_with(l, "transaction aborted"))
+        .sum();
+    let fatal: usize = logs.iter().map(|l| lines_with(l, "Fatal")).sum();
+    let blocked: usize = logs
+        .iter()
+        .map(|l| lines_with(l, "stopped at offset"))
+        .sum();
+    eprintln!(
+        "FIGURES inputs={total} outputs={} lost={lost} duplicates={duplicates} aborted_transactions={aborted} fatal={fatal} blocked={blocked} ({:?})",
+        keys.len(),
+        started.elapsed()
+    );
+    for (name, log) in ["member-a", "member-b2"].iter().zip([&logs[0], &logs[2]]) {
+        assert!(
+            log.contains("child result: Ok"),
+            "{name} must end its run itself: {}",
+            log.lines()
+                .filter(|l| l.contains("child result") || l.contains("ERROR"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert_eq!(fatal, 0, "no member may die of a fatal transaction error");
+    assert_eq!(blocked, 0, "no partition may stop on refused sends");
+    assert_eq!((lost, duplicates), (0, 0), "exactly once");
+    assert!(
+        aborted > 100,
+        "the handler failures must abort transactions (else this test proves nothing): {aborted}"
+    );
+}
+
+/// Waits until the run's transactions committed `want` (its health
+/// snapshot's committed offsets: the mock answers TxnOffsetCommit without
+/// storing the offsets), stops the run (which must not have failed) and
+/// checks its summary says the same.
+async fn settle_on_mock(
+    topic: &str,
+    want: &[i64],
+    run: support::run::Running,
+) -> fresh_consumer::RunSummary {
+    support::run::wait_snapshot(&run.health, WAIT, "every input committed", |s| {
+        want.iter().enumerate().all(|(p, o)| {
+            s.partition(topic, p as i32)
+                .is_some_and(|r| r.committed_offset == Some(*o))
+        })
+    })
+    .await;
+    let summary = run.stop().await;
+    let committed = support::kafka::summary_committed(&summary, topic, want.len() as i32);
+    assert_eq!(
+        committed,
+        want.iter().map(|o| Some(*o)).collect::<Vec<_>>(),
+        "offsets committed in the run's transactions: {summary:?}"
+    );
+    summary
+}
+
+/// The transactions counter's value for aborts with `error_type`.
+fn aborts(metrics: &TestMetrics, group: &str, error_type: &str) -> f64 {
+    let attrs: support::metrics::Attrs = [
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_CONSUMER_GROUP_NAME, group),
+        (TRANSACTION_OUTCOME, "aborted"),
+        (ERROR_TYPE, error_type),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    metrics.counter_total(TRANSACTIONS, &attrs)
+}
+
+/// The broker answers `EndTxn` with `INVALID_TXN_STATE` (twice: the
+/// first producer's commit, then its replacement's), which librdkafka
+/// makes fatal although no other producer has the transactional id: the
+/// library replaces the producer (same id), counts the transaction as
+/// aborted (`error.type` `INVALID_TXN_STATE`), rewinds, and the run goes
+/// on to commit every input. Before issue 46 the run ended with
+/// `RunError::Fatal`. Needs the mock broker's fault injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_txn_state_from_the_broker_is_recovered_not_fatal() {
+    let (cluster, topic, group) = TestCluster::with_topic("tx-invalid-state", 1).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker's fault injection (EndTxn errors)")
+    else {
+        return;
+    };
+    let out_topic = cluster.topic("tx-invalid-state-out", 1).await;
+    cluster.produce_many(&topic, 1, 30).await;
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE,
+        ],
+    );
+    let metrics = TestMetrics::new();
+    let to = out_topic.clone();
+    let handler = move |r: Record| {
+        let to = to.clone();
+        async move {
+            fresh_consumer::outputs()?
+                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                .await?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .outputs(OutputConfig::new().transactional_id(format!("{group}-tx")))
+            .meter_provider(metrics.provider()),
+    );
+    settle_on_mock(&topic, &[30], run).await;
+    metrics.flush().await.expect("flush the test metrics");
+    assert_eq!(
+        aborts(&metrics, &group, "INVALID_TXN_STATE"),
+        2.0,
+        "each refused EndTxn aborts (and counts) one transaction"
+    );
+}
+
+/// A write into the open transaction fails for good (the broker refuses a
+/// produce request with INVALID_RECORD, once): librdkafka puts
+/// the transaction into its abortable state and refuses the outputs sent
+/// after it (`OutputError::TransactionFailed`). Those calls are not
+/// attempts of their records: with one attempt per record and the
+/// blocking policy, no record is blocked; the transaction is aborted at
+/// once (not at the 5 s commit interval), its partitions are rewound, and
+/// every input is committed. Needs the mock broker's fault injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_refused_by_a_failed_transaction_are_not_attempts() {
+    let (cluster, topic, group) = TestCluster::with_topic("tx-refused", 2).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker's fault injection (Produce errors)")
+    else {
+        return;
+    };
+    let out_topic = cluster.topic("tx-refused-out", 1).await;
+    cluster.produce_many(&topic, 2, 40).await;
+    let metrics = TestMetrics::new();
+    let refused = Arc::new(AtomicU32::new(0));
+    let (to, seen) = (out_topic.clone(), Arc::clone(&refused));
+    let handler = move |r: Record| {
+        let (to, seen) = (to.clone(), Arc::clone(&seen));
+        async move {
+            // A record's outputs are written while the next records run.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let sent = fresh_consumer::outputs()?
+                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                .await;
+            if let Err(OutputError::TransactionFailed { .. }) = &sent {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+            sent?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    // The output producer's first produce request fails for good.
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+    );
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .retry(RetryPolicy::default().max_attempts(1))
+            .commit_interval(Duration::from_secs(5))
+            .outputs(OutputConfig::new().transactional_id(format!("{group}-tx")))
+            .meter_provider(metrics.provider()),
+    );
+    let summary = settle_on_mock(&topic, &[40, 40], run).await;
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the failed transaction refused outputs (else this test proves nothing)"
+    );
+    assert_eq!(
+        summary.records_blocked, 0,
+        "a refused call is not an attempt: {summary:?}"
+    );
+    metrics.flush().await.expect("flush the test metrics");
+    assert!(
+        aborts(&metrics, &group, "transaction_failed") >= 1.0,
+        "the failed transaction is aborted as soon as a call saw it"
+    );
+}
