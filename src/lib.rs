@@ -111,6 +111,7 @@ mod error;
 pub mod failure;
 mod handler;
 pub mod health;
+mod librdkafka_log;
 pub mod metrics;
 pub mod monitor;
 mod ordering;

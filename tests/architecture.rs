@@ -39,7 +39,7 @@ fn layer(module: &str) -> Option<u32> {
         "trace" => 42,
         "metrics" => 40,
         "slo" | "handler" | "ordering" | "summary" | "clock" | "control" | "signal" => 20,
-        "record" | "error" => 10,
+        "record" | "error" | "librdkafka_log" => 10,
         _ => return None,
     })
 }

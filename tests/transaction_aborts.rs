@@ -28,6 +28,8 @@ use fresh_consumer::metrics::{
 use fresh_consumer::output::OutputError;
 use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{BoxError, Output, OutputConfig, Record, RetryPolicy};
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, read_committed};
@@ -72,7 +74,6 @@ fn child_aborting_transformer() {
     let handler = move |r: Record| {
         let (to, failed) = (to.clone(), Arc::clone(&failed));
         async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
             fresh_consumer::outputs()?
                 .send(
                     Output::to(&to)
@@ -368,5 +369,95 @@ async fn sends_refused_by_a_failed_transaction_are_not_attempts() {
     assert!(
         aborts(&metrics, &group, "transaction_failed") >= 1.0,
         "the failed transaction is aborted as soon as a call saw it"
+    );
+}
+
+/// A member killed with its transaction open leaves it open at the
+/// transaction coordinator. The next producer with its transactional id
+/// (a restarted member) has the coordinator abort it in
+/// `init_transactions`: the library counts it (`fresh_consumer.transactions`,
+/// `aborted`, `error.type` `predecessor_open`) and logs it, and the
+/// predecessor's output never reaches a `read_committed` reader. A second
+/// start after a clean stop counts nothing. Needs a real broker (the mock
+/// does not end a predecessor's transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_a_killed_predecessor_left_open_is_counted() {
+    let (cluster, topic, group) = TestCluster::with_topic("tx-predecessor", 1).await;
+    if !cluster.is_real() {
+        eprintln!(
+            "skipped: needs a real broker (the mock does not end a predecessor's transaction)"
+        );
+        return;
+    }
+    support::logs::init();
+    let out_topic = cluster.topic("tx-predecessor-out", 1).await;
+    cluster.produce_many(&topic, 1, 5).await;
+    let id = format!("{group}-tx");
+    // The predecessor: an output in its transaction, which it never ends
+    // (as a member SIGKILLed between two commits).
+    let predecessor: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap())
+        .set("transactional.id", &id)
+        .create()
+        .expect("the predecessor producer");
+    {
+        let (p, to) = (predecessor.clone(), out_topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let timeout = Duration::from_secs(10);
+            p.init_transactions(timeout).expect("init");
+            p.begin_transaction().expect("begin");
+            let record = FutureRecord::<str, str>::to(&to)
+                .key("predecessor")
+                .payload("x");
+            drop(p.send_result(record).map_err(|(e, _)| e).expect("queued"));
+            p.flush(timeout).expect("written into the open transaction");
+        })
+        .await
+        .unwrap();
+    }
+    let to = out_topic.clone();
+    let handler = move |r: Record| {
+        let to = to.clone();
+        async move {
+            fresh_consumer::outputs()?
+                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                .await?;
+            Ok::<(), BoxError>(())
+        }
+    };
+    for (run, want) in [(1, 1.0), (2, 0.0)] {
+        let metrics = TestMetrics::new();
+        let running = start(
+            cluster
+                .consumer(&group, &topic, handler.clone())
+                .outputs(OutputConfig::new().transactional_id(&id))
+                .meter_provider(metrics.provider()),
+        );
+        cluster.wait_committed(&group, &topic, &[5]).await;
+        running.stop().await;
+        metrics.flush().await.expect("flush the test metrics");
+        assert_eq!(
+            aborts(&metrics, &group, "predecessor_open"),
+            want,
+            "start {run}: the predecessor's open transaction counted once, at the first start only"
+        );
+        let logged = support::logs::count(|e| e.mentions("left open"));
+        assert_eq!(logged, run.min(1), "and logged once");
+    }
+    tokio::task::spawn_blocking(move || drop(predecessor))
+        .await
+        .unwrap();
+    let keys = {
+        let (b, t) = (cluster.bootstrap().to_owned(), out_topic.clone());
+        tokio::task::spawn_blocking(move || read_committed(&b, &t, 1))
+            .await
+            .unwrap()
+    };
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["0/0", "0/1", "0/2", "0/3", "0/4"],
+        "the predecessor's output was aborted; each input's output is there once"
     );
 }

@@ -46,41 +46,13 @@ pub(crate) struct Ctx<H: Handler> {
 /// A split queue and the partition it belongs to.
 type SplitFor<H> = ((String, i32), SplitQueue<Ctx<H>>);
 
-/// `text` with every occurrence of a secret replaced by `[redacted]`.
-fn redact<'a>(secrets: &[String], text: &'a str) -> std::borrow::Cow<'a, str> {
-    let mut out = std::borrow::Cow::Borrowed(text);
-    for s in secrets {
-        if out.contains(s.as_str()) {
-            out = std::borrow::Cow::Owned(out.replace(s.as_str(), "[redacted]"));
-        }
-    }
-    out
-}
-
 impl<H: Handler> ClientContext for Ctx<H> {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        let message = redact(&self.secrets, message);
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", facility = fac, "{message}")
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(target: "librdkafka", facility = fac, "{message}")
-            }
-        }
+        crate::librdkafka_log::log(&self.secrets, level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let reason = redact(&self.secrets, reason);
+        let reason = crate::librdkafka_log::redact(&self.secrets, reason);
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::PollExceeded) => {
                 // Also returned by the consumer's poll, where it is counted once.

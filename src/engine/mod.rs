@@ -134,8 +134,13 @@ where
         .collect();
     let new_writer = |config: &crate::failure::DeadLetter| {
         let producer_config = DeadLetterWriter::producer_config(&properties, config);
-        DeadLetterWriter::new(producer_config, config.clone(), validated.group_id.clone())
-            .map_err(RunError::Client)
+        DeadLetterWriter::new(
+            producer_config,
+            config.clone(),
+            validated.group_id.clone(),
+            validated.secrets.clone(),
+        )
+        .map_err(RunError::Client)
     };
     let dead_letter = match dead_letter_config {
         Some(config) => Some(new_writer(config)?),
@@ -164,8 +169,12 @@ where
         Some(config) => {
             let producer_config = OutputProducer::producer_config(&properties, config);
             Some(Arc::new(
-                OutputProducer::new(producer_config, instruments.clone())
-                    .map_err(RunError::Client)?,
+                OutputProducer::new(
+                    producer_config,
+                    instruments.clone(),
+                    validated.secrets.clone(),
+                )
+                .map_err(RunError::Client)?,
             ))
         }
         None => None,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer;
 
 use crate::output::OutputProducer;
 use tokio_util::sync::CancellationToken;
@@ -211,15 +211,32 @@ impl Transactions {
 
     /// `init_transactions` (fencing any earlier producer with the same
     /// `transactional.id`, and aborting its open transaction), then the
-    /// first transaction begins. Blocking.
+    /// first transaction begins. Blocking. At start-up (not after a
+    /// recovery, whose old transaction is counted already) the earlier
+    /// producer's open transaction is counted and logged: the coordinator
+    /// answered `InitProducerId` with `CONCURRENT_TRANSACTIONS` while it
+    /// ended it.
     pub(crate) fn init(&self) -> Result<(), KafkaError> {
+        let waits = self.outputs.init_waits();
+        self.init_producer()?;
+        if self.outputs.init_waits() > waits {
+            self.instruments.predecessor_transaction_ended();
+            tracing::warn!(
+                "init_transactions waited while the transaction coordinator ended a transaction an earlier producer with this transactional.id left open (a member that was killed or lost): an open one is aborted, its outputs never reach read_committed readers and its inputs are handled again from the committed offsets"
+            );
+        }
+        Ok(())
+    }
+
+    /// `init_transactions`, then the first transaction begins.
+    fn init_producer(&self) -> Result<(), KafkaError> {
         let producer = self.producer();
         producer.init_transactions(TRANSACTION_CALL_TIMEOUT)?;
         producer.begin_transaction()
     }
 
     /// The transactional producer now.
-    fn producer(&self) -> FutureProducer {
+    fn producer(&self) -> crate::failure::producer::LibProducer {
         self.outputs.handle()
     }
 
@@ -259,7 +276,7 @@ impl Transactions {
         // Dropped here, on the committer's thread: purges, flushes and
         // joins the old producer's threads.
         drop(old);
-        self.init().map_err(|e| self.set_fatal(e))?;
+        self.init_producer().map_err(|e| self.set_fatal(e))?;
         Ok(reason)
     }
 

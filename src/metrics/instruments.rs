@@ -267,6 +267,17 @@ impl Instruments {
         self.transactions.add(1, &attrs);
     }
 
+    /// Counts the transaction an earlier producer with the same
+    /// `transactional.id` left open, which `init_transactions` had the
+    /// coordinator end ([`TRANSACTIONS`], `aborted`, [`ERROR_TYPE`]
+    /// `predecessor_open`); no duration (its start is not known).
+    pub(crate) fn predecessor_transaction_ended(&self) {
+        let mut attrs = self.group_attrs.to_vec();
+        attrs.push(KeyValue::new(TRANSACTION_OUTCOME, "aborted"));
+        attrs.push(KeyValue::new(ERROR_TYPE, "predecessor_open"));
+        self.transactions.add(1, &attrs);
+    }
+
     /// The freshness objectives' registry.
     pub(crate) fn slo_registry(&self) -> &SloRegistry {
         &self.slo

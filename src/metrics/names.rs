@@ -277,9 +277,20 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// was revoked or lost before its offsets could go with its outputs),
 /// `transaction_timeout` (it outlived the producer's
 /// `transaction.timeout.ms` and the broker aborted it; the library starts
-/// a new producer with the same id), or the Kafka error name of the failed
-/// `send_offsets_to_transaction` or `commit_transaction` (`_TIMED_OUT`,
-/// ...). A producer fenced by another with the same id ends the run
+/// a new producer with the same id), `transaction_failed` (librdkafka
+/// refused a handler call's output because a write into the transaction
+/// had failed: [`OutputError::TransactionFailed`](crate::output::OutputError::TransactionFailed)),
+/// `predecessor_open` (counted once at start-up, without a duration: the
+/// consumer's `init_transactions` waited while the transaction
+/// coordinator ended the transaction an earlier producer with the same id
+/// left open, a killed member's: the coordinator aborts an open one; it
+/// answers the same while it still completes a commit, which is not told
+/// apart), or the Kafka error name of the failed
+/// `send_offsets_to_transaction`, `commit_transaction` or
+/// `abort_transaction` (`_TIMED_OUT`, `OUT_OF_ORDER_SEQUENCE_NUMBER`, ...;
+/// after a fatal one that is not a fence, such as `INVALID_TXN_STATE`, the
+/// library starts a new producer with the same id). A producer fenced by
+/// another with the same id ends the run
 /// ([`RunError::Fatal`](crate::RunError::Fatal)) without counting.
 pub const TRANSACTIONS: &str = "fresh_consumer.transactions";
 

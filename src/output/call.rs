@@ -9,10 +9,10 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
 
 use super::{ORIGIN_TIME_HEADER, Output, OutputConfig, OutputError};
-use crate::failure::producer::ReplaceableProducer;
+use crate::failure::producer::{LibProducer, ReplaceableProducer};
 use crate::metrics::instruments::{Instruments, kafka_error_name_of};
 
 tokio::task_local! {
@@ -87,24 +87,35 @@ impl OutputProducer {
         cc
     }
 
-    pub(crate) fn new(config: ClientConfig, instruments: Instruments) -> Result<Self, KafkaError> {
+    /// The producer from `config`; its librdkafka log lines are redacted of
+    /// `secrets`.
+    pub(crate) fn new(
+        config: ClientConfig,
+        instruments: Instruments,
+        secrets: Vec<String>,
+    ) -> Result<Self, KafkaError> {
         let transactional = config.get("transactional.id").is_some();
         Ok(OutputProducer {
-            producer: ReplaceableProducer::new(config, "output")?,
+            producer: ReplaceableProducer::new(config, "output", secrets)?,
             instruments,
             transactional,
         })
     }
 
     /// The producer (a handle to it): what the transactions run on.
-    pub(crate) fn handle(&self) -> FutureProducer {
+    pub(crate) fn handle(&self) -> LibProducer {
         self.producer.get()
     }
 
     /// Replaces a transactional producer that turned fatal with a new one
     /// (the caller initialises its transactions); returns the old one.
-    pub(crate) fn replace(&self) -> Result<FutureProducer, KafkaError> {
+    pub(crate) fn replace(&self) -> Result<LibProducer, KafkaError> {
         self.producer.replace()
+    }
+
+    /// See [`ReplaceableProducer::init_waits`].
+    pub(crate) fn init_waits(&self) -> u64 {
+        self.producer.init_waits()
     }
 
     /// Whether the producer is transactional.
@@ -115,7 +126,7 @@ impl OutputProducer {
     /// After a failed write on `sender`: replaces a non-transactional
     /// producer that turned fatal (a transactional one's fatal error is
     /// the transactions' to handle: it ends the run).
-    fn after_failure(&self, sender: FutureProducer) {
+    fn after_failure(&self, sender: LibProducer) {
         if !self.transactional {
             self.producer.replace_if_fatal(sender);
         }
@@ -135,7 +146,7 @@ pub(crate) struct Call {
     /// The producer handle this call's outputs are queued on (replaced
     /// after its outputs' answers when it turned out fatal). `None` only
     /// while the call is dropped.
-    sender: Option<FutureProducer>,
+    sender: Option<LibProducer>,
     origin_ms: Option<i64>,
     trace: Vec<(String, String)>,
     state: Mutex<State>,
@@ -181,7 +192,7 @@ impl Call {
         CALL.scope(Arc::clone(self), fut)
     }
 
-    fn sender(&self) -> &FutureProducer {
+    fn sender(&self) -> &LibProducer {
         self.sender.as_ref().expect("set until the call is dropped")
     }
 

@@ -39,6 +39,7 @@ fn writer(style: DeadLetterHeaders) -> DeadLetterWriter {
             .headers(style)
             .max_error_message_bytes(101),
         "g1".into(),
+        Vec::new(),
     )
     .unwrap()
 }

@@ -87,11 +87,13 @@ impl DeadLetterWriter {
         producer_config: ClientConfig,
         config: DeadLetter,
         group: String,
+        secrets: Vec<String>,
     ) -> Result<Self, KafkaError> {
         Ok(DeadLetterWriter {
             producer: crate::failure::producer::ReplaceableProducer::new(
                 producer_config,
                 "dead-letter",
+                secrets,
             )?,
             config,
             group,
