@@ -2,6 +2,7 @@
 //! uses what it needs (hence `#![allow(dead_code)]` in each module).
 
 pub mod child;
+pub mod cluster;
 #[path = "../../examples/support/dead_letters.rs"]
 pub mod dead_letters;
 pub mod handled;
