@@ -3,8 +3,10 @@
 //! evaluates the partitions that are not quiet every 100 ms and all of them
 //! once a second (so stall clocks and lag samples are exact to that; see
 //! `health::judge::full_evaluation_every`), restarts partitions whose fetcher librdkafka stopped on an
-//! out-of-range offset, and refreshes the watermarks of partitions that do
-//! not fetch (see [`refresh_watermarks`]).
+//! out-of-range offset, refreshes the watermarks of partitions that do
+//! not fetch (see [`refresh_watermarks`]), and reads the assigned
+//! partitions' replication from the cluster's metadata (see
+//! [`refresh_replication`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -20,6 +22,7 @@ use crate::engine::offset_reset::{self, Resets};
 use crate::engine::partition::PartitionState;
 use crate::engine::shared::Engine;
 use crate::health::EVAL_TICK;
+use crate::health::Replication;
 use crate::health::hub::HealthHub;
 use crate::health::partition::{PartitionHealth, lock};
 use crate::health::view::{EngineView, PartitionView, Progress};
@@ -122,6 +125,7 @@ where
         .spawn(move || {
             let mut refreshed_at = Instant::now();
             let mut full_at = Instant::now();
+            let mut replication_at: Option<Instant> = None;
             loop {
                 match rx.recv_timeout(EVAL_TICK) {
                     Ok(request) => {
@@ -147,6 +151,21 @@ where
                     refreshed_at = Instant::now();
                     refresh_watermarks(&*c, &assignment, every);
                 }
+                // Every 30 s, and within 5 s of a new assignment.
+                let unread = || {
+                    assignment
+                        .assigned()
+                        .iter()
+                        .any(|s| s.health.replication().is_none())
+                };
+                if replication_at.is_none_or(|at| {
+                    at.elapsed() >= REPLICATION_EVERY
+                        || (at.elapsed() >= REPLICATION_RETRY && unread())
+                }) && let Some(c) = consumer.upgrade()
+                {
+                    replication_at = Some(Instant::now());
+                    refresh_replication(&*c, &assignment);
+                }
                 let full = health
                     .full_evaluation_every()
                     .is_none_or(|every| full_at.elapsed() >= every);
@@ -169,6 +188,68 @@ const MAX_REFRESH_PARTITIONS: usize = 256;
 
 /// How long one refresh waits for the brokers.
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the assigned partitions' replication is read.
+const REPLICATION_EVERY: Duration = Duration::from_secs(30);
+
+/// How soon a partition whose replication is not known yet (newly
+/// assigned, or the last read failed) is read again.
+const REPLICATION_RETRY: Duration = Duration::from_secs(5);
+
+/// Reads the replication of every assigned partition (replicas, in-sync
+/// replicas, the cluster's brokers) with one Metadata request per assigned
+/// topic, for [`HealthReason::UnderReplicated`](crate::health::HealthReason::UnderReplicated);
+/// logs each partition that turns under-replicated, and back.
+pub(crate) fn refresh_replication<C, X>(consumer: &C, assignment: &Assignment)
+where
+    C: Consumer<X>,
+    X: ConsumerContext + 'static,
+{
+    let states = assignment.assigned();
+    let mut topics: Vec<&Arc<str>> = states.iter().map(|s| &s.topic).collect();
+    topics.sort();
+    topics.dedup();
+    for topic in topics {
+        let md = match consumer.fetch_metadata(Some(topic), REFRESH_TIMEOUT) {
+            Ok(md) => md,
+            Err(e) => {
+                tracing::debug!(error = %e, %topic, "reading the partitions' replication failed; retried in 5 s");
+                continue;
+            }
+        };
+        let brokers = md.brokers().len() as u32;
+        let Some(t) = md.topics().iter().find(|t| t.name() == &**topic) else {
+            continue;
+        };
+        for p in t.partitions() {
+            let now = Replication {
+                replicas: p.replicas().len() as u32,
+                in_sync: p.isr().len() as u32,
+                brokers,
+            };
+            for s in states
+                .iter()
+                .filter(|s| s.topic == *topic && s.partition == p.id())
+            {
+                let was = s.health.replication();
+                s.health.set_replication(now);
+                let was_under = was.is_some_and(|r| r.is_under_replicated());
+                if now.is_under_replicated() && (!was_under || was != Some(now)) {
+                    tracing::warn!(
+                        topic = %s.topic,
+                        partition = s.partition,
+                        replicas = now.replicas,
+                        in_sync = now.in_sync,
+                        brokers = now.brokers,
+                        "partition under-replicated: consumption goes on from its leader, but one more broker loss can stop it, and acks=all writes (outputs, dead letters) are refused below min.insync.replicas"
+                    );
+                } else if was_under && !now.is_under_replicated() {
+                    tracing::info!(topic = %s.topic, partition = s.partition, replicas = now.replicas, "partition fully replicated again");
+                }
+            }
+        }
+    }
+}
 
 /// Karafka's "lag compensation": librdkafka's statistics carry the
 /// watermarks of a partition's last Fetch response, so a partition that

@@ -465,10 +465,16 @@ fn status_with(status: PartitionStatus, reasons: &[HealthReason]) -> PartitionSt
 
 impl Evaluated {
     /// Caught up (lag 0: committed at the readable end, so nothing waits
-    /// and nothing is uncommitted) and `ok` with no reason: see
-    /// [`full_evaluation_every`].
+    /// and nothing is uncommitted) and `ok` with no reason but an
+    /// informational one (an under-replicated partition: nothing about it
+    /// changes within a second): see [`full_evaluation_every`].
     pub(crate) fn is_quiet(&self) -> bool {
-        self.status == PartitionStatus::Ok && self.reasons.is_empty() && self.judged.lag == Some(0)
+        self.status == PartitionStatus::Ok
+            && self
+                .reasons
+                .iter()
+                .all(|r| matches!(r, HealthReason::UnderReplicated(_)))
+            && self.judged.lag == Some(0)
     }
 
     fn reasons(&self, t: &HealthThresholds, now: Instant) -> Vec<HealthReason> {
@@ -546,6 +552,11 @@ impl Evaluated {
         if self.view.paused_by_application() {
             out.push(HealthReason::PausedByApplication);
         }
+        if let Some(r) = self.view.health().replication()
+            && r.is_under_replicated()
+        {
+            out.push(HealthReason::UnderReplicated(r));
+        }
         out
     }
 
@@ -565,6 +576,7 @@ impl Evaluated {
             stalled_for: j.stalled_for,
             since_last_success: self.since_success,
             statistics_age: self.statistics_age,
+            replication: self.view.health().replication(),
             reasons: self.reasons.clone(),
         }
     }

@@ -12,6 +12,7 @@
 //! | processed offset | the library's completion tracking (next offset after the contiguous run of succeeded records) | exact |
 //! | high watermark, last stable offset (the end lag counts to under `read_committed`), log start offset | librdkafka statistics (`hi_offset`, `ls_offset`, `lo_offset`), or the library's own position when that is ahead | up to `statistics.interval.ms` + 1 s (the poll tick); for a partition that does not fetch (paused, fetch queue full) refreshed by a ListOffsets query every statistics interval (at least 1 s) |
 //! | head-of-line age | the event time of the oldest fetched record not yet completed; when none is waiting but statistics show records beyond the position, the time since a report first showed them (a lower bound) | exact for fetched records |
+//! | replication (replicas, in-sync replicas, brokers; [`HealthReason::UnderReplicated`]) | a Metadata request per assigned topic by the health thread | 30 s; within 5 s of an assignment |
 //! | stall age, status | evaluated from the values above on each read, and by the health thread every 100 ms for partitions that were not quiet (caught up, `ok`) at their last evaluation, every second (a tenth of `stall_after` or `no_success_after` if shorter) for all | 100 ms; a stall that starts from caught-up up to 1 s late |
 //!
 //! The lag of a partition is **never summed** by the library: alert on the
@@ -63,6 +64,7 @@ pub use hub::HealthHandle;
 pub(crate) use judge::EVAL_TICK;
 pub use report::{
     ConsumerState, HealthReason, HealthSnapshot, HealthStatus, PartitionReport, PartitionStatus,
+    Replication,
 };
 pub use thresholds::{
     DEFAULT_LAG_GROWTH_WINDOW, DEFAULT_NO_SUCCESS_AFTER, DEFAULT_REPORT_EVENTS_FOR,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 
+use crate::health::report::Replication;
 use crate::health::retention::{RetentionMargin, RetentionSample, RetentionWindow};
 use crate::health::thresholds::RetentionOverrunPolicy;
 
@@ -43,6 +44,8 @@ pub(crate) struct PartitionHealth {
     /// Not consumed (fail policy, or no committed offset with
     /// `auto.offset.reset=error`).
     failed: AtomicBool,
+    /// From the cluster's metadata (the health thread), once read.
+    replication: Mutex<Option<Replication>>,
 }
 
 impl PartitionHealth {
@@ -59,7 +62,18 @@ impl PartitionHealth {
             restarted_at: Mutex::new(None),
             anomaly: Mutex::new(None),
             failed: AtomicBool::new(false),
+            replication: Mutex::new(None),
         }
+    }
+
+    /// The partition's replication as the metadata read last showed it.
+    pub(crate) fn set_replication(&self, r: Replication) {
+        *lock(&self.replication) = Some(r);
+    }
+
+    /// The partition's replication, once read.
+    pub(crate) fn replication(&self) -> Option<Replication> {
+        *lock(&self.replication)
     }
 
     /// A record of the partition succeeded at `at` (the worker's clock

@@ -89,6 +89,31 @@ impl fmt::Display for PartitionStatus {
     }
 }
 
+/// A partition's replication as the cluster's metadata shows it: how many
+/// replicas it has, how many of them are in sync with its leader (the
+/// ISR), and how many brokers the cluster has. Read by the consumer's
+/// health thread every 30 s (a Metadata request per assigned topic) and by
+/// the group monitor every cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replication {
+    /// The partition's replicas (its replication factor).
+    pub replicas: u32,
+    /// The replicas in sync with the leader (the ISR), the leader included.
+    pub in_sync: u32,
+    /// The brokers in the cluster's metadata.
+    pub brokers: u32,
+}
+
+impl Replication {
+    /// Whether the partition has fewer replicas in sync than replicas, or
+    /// a single replica on a cluster of more than one broker: losing one
+    /// more broker (its only one) stops it. Consumption goes on from the
+    /// leader meanwhile.
+    pub fn is_under_replicated(&self) -> bool {
+        self.in_sync < self.replicas || (self.replicas == 1 && self.brokers > 1)
+    }
+}
+
 /// Why a partition or the consumer is not healthy. Each reason has a
 /// [`severity`](HealthReason::severity); the snapshot's status is the
 /// highest one.
@@ -250,6 +275,16 @@ pub enum HealthReason {
     /// The consumer stopped ([`FreshConsumer::run_until`](crate::FreshConsumer::run_until) returned).
     /// Unhealthy.
     Stopped,
+    /// The partition is under-replicated ([`Replication::is_under_replicated`]):
+    /// fewer of its replicas in sync than it has, or a single replica on
+    /// a cluster of several brokers. Read from the cluster's metadata
+    /// every 30 s. Healthy (informational): the consumer reads from the
+    /// leader as before, but one more broker loss (with a single replica:
+    /// the loss of its broker) stops the partition, and producers with
+    /// `acks=all` (the library's outputs and dead letters) are refused
+    /// (`NOT_ENOUGH_REPLICAS`) once fewer than `min.insync.replicas` are
+    /// in sync.
+    UnderReplicated(Replication),
 }
 
 impl HealthReason {
@@ -286,7 +321,7 @@ impl HealthReason {
             | BrokersUnreachable { .. }
             | NotStarted
             | NotJoined { .. } => HealthStatus::Degraded,
-            PausedByApplication => HealthStatus::Healthy,
+            PausedByApplication | UnderReplicated(_) => HealthStatus::Healthy,
         }
     }
 }
@@ -329,6 +364,16 @@ impl fmt::Display for HealthReason {
                 )
             }
             PausedByApplication => f.write_str("paused by the application"),
+            UnderReplicated(r) if r.in_sync < r.replicas => write!(
+                f,
+                "under-replicated: {} of {} replicas in sync",
+                r.in_sync, r.replicas
+            ),
+            UnderReplicated(r) => write!(
+                f,
+                "a single replica on a cluster of {} brokers: its broker's loss stops the partition",
+                r.brokers
+            ),
             LagGrowing { from, to, over } => write!(
                 f,
                 "lag grew from {from} to {to} records over {}",
@@ -450,6 +495,10 @@ pub struct PartitionReport {
     /// Age of the last librdkafka statistics report for the partition;
     /// `None` before the first (or with statistics off).
     pub statistics_age: Option<Duration>,
+    /// The partition's replication from the cluster's metadata (read every
+    /// 30 s, and within 5 s of the assignment); `None` before the first
+    /// read.
+    pub replication: Option<Replication>,
     /// Why the partition is not healthy; empty when it is.
     pub reasons: Vec<HealthReason>,
 }

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::health::Replication;
 use crate::health::retention::{RetentionSample, estimate, rate};
 use crate::monitor::report::{
     Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, PartitionOwner, Scaling,
@@ -58,6 +59,8 @@ pub(crate) struct Observation {
     pub(crate) head: HeadRead,
     /// The member owning the partition, when the brokers describe it.
     pub(crate) owner: Option<PartitionOwner>,
+    /// The partition's replication, from the cycle's metadata.
+    pub(crate) replication: Option<Replication>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -346,6 +349,7 @@ impl GroupTracker {
                     log_end_moved: end_moved,
                     transaction_open_for,
                     owner: o.owner.clone(),
+                    replication: o.replication,
                     retention_margin: retention.map(|r| r.records),
                     retention_eta: retention.and_then(|r| r.eta),
                     status,

@@ -17,6 +17,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 
 use crate::config::redact_config_error;
 use crate::error::ConfigError;
+use crate::health::Replication;
 use crate::monitor::MonitorError;
 use crate::monitor::describe;
 use crate::monitor::discover::{Discovery, candidates};
@@ -151,6 +152,7 @@ pub(crate) fn observation(
         },
         head: HeadRead::NotNeeded,
         owner: None,
+        replication: None,
     }
 }
 
@@ -411,7 +413,9 @@ impl Reader {
         }
     }
 
-    fn partitions(&self, topic: &str) -> Result<Vec<i32>, MonitorError> {
+    /// The topic's partitions and their replication (replicas, in-sync
+    /// replicas, the cluster's brokers), from one Metadata request.
+    fn partitions(&self, topic: &str) -> Result<Vec<(i32, Replication)>, MonitorError> {
         let md = self
             .uncommitted
             .fetch_metadata(Some(topic), self.settings.request_timeout)
@@ -443,8 +447,20 @@ impl Reader {
                 topic: topic.to_owned(),
             });
         }
-        let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
-        ids.sort_unstable();
+        let brokers = md.brokers().len() as u32;
+        let mut ids: Vec<(i32, Replication)> = t
+            .partitions()
+            .iter()
+            .map(|p| {
+                let r = Replication {
+                    replicas: p.replicas().len() as u32,
+                    in_sync: p.isr().len() as u32,
+                    brokers,
+                };
+                (p.id(), r)
+            })
+            .collect();
+        ids.sort_unstable_by_key(|(id, _)| *id);
         Ok(ids)
     }
 
@@ -452,10 +468,11 @@ impl Reader {
     pub(crate) fn read(&mut self) -> Result<CycleReads, MonitorError> {
         let timeout = self.settings.request_timeout;
         let started = (Instant::now(), std::time::SystemTime::now());
-        // (topic, partition) -> (log start, high watermark, last stable offset)
-        let mut marks: Vec<(String, i32, i64, i64, i64)> = Vec::new();
+        // (topic, partition, log start, high watermark, last stable offset,
+        // replication)
+        let mut marks: Vec<(String, i32, i64, i64, i64, Replication)> = Vec::new();
         for topic in &self.settings.topics {
-            for p in self.partitions(topic)? {
+            for (p, replication) in self.partitions(topic)? {
                 let (start, high) = self
                     .uncommitted
                     .fetch_watermarks(topic, p, timeout)
@@ -464,7 +481,7 @@ impl Reader {
                     .committed_view
                     .fetch_watermarks(topic, p, timeout)
                     .map_err(kafka("list offsets"))?;
-                marks.push((topic.clone(), p, start, high, stable));
+                marks.push((topic.clone(), p, start, high, stable, replication));
             }
         }
         self.partitions_within_cap(marks.len())?;
@@ -482,18 +499,20 @@ impl Reader {
                 .map_err(kafka("offset fetch"))?;
             let observations: Vec<Observation> = marks
                 .iter()
-                .map(|(topic, p, start, high, stable)| {
+                .map(|(topic, p, start, high, stable, replication)| {
                     let committed = match got.find_partition(topic, *p).map(|e| e.offset()) {
                         Some(Offset::Offset(o)) if o >= 0 => Some(o),
                         _ => None,
                     };
-                    observation(
+                    let mut o = observation(
                         topic,
                         *p,
                         (*start, *high, *stable),
                         committed,
                         self.settings.read_committed,
-                    )
+                    );
+                    o.replication = Some(*replication);
+                    o
                 })
                 .collect();
             // A discovered group is watched while it has a committed offset

@@ -201,6 +201,16 @@ pub struct PartitionLag {
     /// whose assignor does not use the consumer protocol's format): then
     /// the diagnosis judges partitions without their owners.
     pub owner: Option<PartitionOwner>,
+    /// The partition's replication as the cycle's metadata showed it
+    /// (replicas, in-sync replicas, the cluster's brokers); `None` when not
+    /// read. An under-replicated partition
+    /// ([`Replication::is_under_replicated`](crate::health::Replication::is_under_replicated):
+    /// fewer replicas in sync than it has, or a single replica on a
+    /// cluster of several brokers) is named in the text report and logged
+    /// once; it does not change the diagnosis (the group reads from the
+    /// leader as before), but one more broker loss can stop the partition.
+    /// JSON: `replicas`, `in_sync_replicas`, `brokers`.
+    pub replication: Option<crate::health::Replication>,
     /// The partition's status.
     pub status: LagStatus,
 }

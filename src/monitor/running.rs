@@ -60,6 +60,9 @@ pub struct Monitor {
     pace: Pace,
     shared: Arc<Shared>,
     _export: Option<Export>,
+    /// The watched partitions under-replicated at the last cycle (each
+    /// logged when it turns so, and when it is fully replicated again).
+    under_replicated: std::collections::BTreeSet<(String, i32)>,
 }
 
 impl fmt::Debug for Monitor {
@@ -89,7 +92,28 @@ impl Monitor {
             pace: Pace::default(),
             shared,
             _export: export,
+            under_replicated: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Logs each watched partition that turned under-replicated since the
+    /// last cycle (WARN) or fully replicated again (INFO).
+    fn log_replication(&mut self, report: &MonitorReport) {
+        let mut now = std::collections::BTreeSet::new();
+        for p in report.groups.iter().flat_map(|g| &g.partitions) {
+            let Some(r) = p.replication.filter(|r| r.is_under_replicated()) else {
+                continue;
+            };
+            let key = (p.topic.clone(), p.partition);
+            if !self.under_replicated.contains(&key) && !now.contains(&key) {
+                tracing::warn!(topic = %p.topic, partition = p.partition, replicas = r.replicas, in_sync = r.in_sync, brokers = r.brokers, "partition under-replicated: its consumers read from the leader as before, but one more broker loss can stop it");
+            }
+            now.insert(key);
+        }
+        for (topic, partition) in self.under_replicated.difference(&now) {
+            tracing::info!(%topic, partition, "partition fully replicated again");
+        }
+        self.under_replicated = now;
     }
 
     /// Runs one cycle now: reads every watched partition and evaluates each
@@ -159,6 +183,7 @@ impl Monitor {
             records_read: reads.records_read,
             groups,
         };
+        self.log_replication(&report);
         *lock(&self.shared.latest) = Some(Arc::new(report.clone()));
         self.shared.cycles_ok.fetch_add(1, Ordering::Relaxed);
         Ok(report)

@@ -113,6 +113,20 @@ pub fn table(r: &MonitorReport) -> String {
                 g.timestamps_missing, g.timestamps_future
             ));
         }
+        for p in &g.partitions {
+            if let Some(r) = p.replication.filter(|r| r.is_under_replicated()) {
+                out.push_str(&format!(
+                    "  under-replicated: {}-{}: {}\n",
+                    p.topic,
+                    p.partition,
+                    if r.in_sync < r.replicas {
+                        format!("{} of {} replicas in sync", r.in_sync, r.replicas)
+                    } else {
+                        format!("a single replica on a cluster of {} brokers", r.brokers)
+                    }
+                ));
+            }
+        }
         out.push_str(&format!(
             "  {:<28} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:<15} {:>9} {:>8} {:>10}  {}\n",
             "partition",
@@ -213,7 +227,7 @@ pub fn json(r: &MonitorReport) -> String {
                         },
                     );
                     format!(
-                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"waiting_s\":{},\"log_end_moved\":{},\"transaction_open_s\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{},\"owner\":{}}}",
+                        "{{\"topic\":{},\"partition\":{},\"committed\":{},\"log_start\":{},\"high_watermark\":{},\"last_stable\":{},\"offset_lag\":{},\"time_lag_s\":{},\"timestamp_type\":{},\"timestamp_ms\":{},\"commit_unchanged_s\":{},\"waiting_s\":{},\"log_end_moved\":{},\"transaction_open_s\":{},\"retention_margin\":{},\"retention_eta_s\":{},\"status\":{},\"deleted_unread\":{},\"owner\":{},\"replicas\":{},\"in_sync_replicas\":{},\"brokers\":{},\"under_replicated\":{}}}",
                         js(&p.topic),
                         p.partition,
                         jn(p.committed),
@@ -240,7 +254,11 @@ pub fn json(r: &MonitorReport) -> String {
                                 js(&o.client_id),
                                 js(&o.host)
                             )
-                        )
+                        ),
+                        jn(p.replication.map(|r| r.replicas)),
+                        jn(p.replication.map(|r| r.in_sync)),
+                        jn(p.replication.map(|r| r.brokers)),
+                        jn(p.replication.map(|r| r.is_under_replicated()))
                     )
                 })
                 .collect();

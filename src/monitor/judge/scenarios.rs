@@ -56,6 +56,7 @@ fn stamped(p: i32, committed: i64, end: i64, t0_ms: i64, per_second: i64) -> Obs
         end,
         head,
         owner: None,
+        replication: None,
     }
 }
 

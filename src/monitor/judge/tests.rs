@@ -24,6 +24,7 @@ fn obs(p: i32, committed: Option<i64>, start: i64, end: i64, head: HeadRead) -> 
         end,
         head,
         owner: None,
+        replication: None,
     }
 }
 

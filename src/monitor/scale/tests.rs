@@ -113,6 +113,7 @@ fn partition(p: i32, time_lag: Duration) -> PartitionLag {
         waiting_for: None,
         transaction_open_for: None,
         owner: None,
+        replication: None,
         log_end_moved: false,
         retention_margin: Some(0),
         retention_eta: None,
