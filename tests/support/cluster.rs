@@ -140,6 +140,46 @@ impl Cluster3 {
         self.ci_async("wait-isr", topics).await;
     }
 
+    /// SIGSTOP to node `node`: it stays alive but stops answering (the
+    /// controller fences it, and it leaves every ISR, after 3 s).
+    pub async fn pause(&self, node: i32) {
+        self.ci_async("pause", &[&node.to_string()]).await;
+    }
+
+    /// SIGCONT to node `node`.
+    pub async fn unpause(&self, node: i32) {
+        self.ci_async("unpause", &[&node.to_string()]).await;
+    }
+
+    /// An unclean leader election for `topic`/`partition` (ElectLeaders
+    /// UNCLEAN).
+    pub async fn elect_unclean(&self, topic: &str, partition: i32) -> String {
+        let p = partition.to_string();
+        self.ci_async("elect-unclean", &[topic, &p]).await
+    }
+
+    /// Sets topic configs (IncrementalAlterConfigs is not in rdkafka:
+    /// AlterConfigs, which replaces the topic's configs, so `configs` must
+    /// hold every config the topic keeps).
+    pub async fn set_topic_configs(&self, topic: &str, configs: &[(&str, &str)]) {
+        use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .expect("admin client");
+        let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+        for (k, v) in configs {
+            alter = alter.set(k, v);
+        }
+        for r in admin
+            .alter_configs([&alter], &AdminOptions::new())
+            .await
+            .expect("alter configs")
+        {
+            r.expect("topic configs set");
+        }
+    }
+
     /// A guard that, when dropped (the test ended or panicked), starts any
     /// node that is not running and waits for full ISR, so that the next
     /// test finds a whole cluster.
@@ -151,13 +191,36 @@ impl Cluster3 {
     /// replicas (`retention.ms=-1`, and `configs`), and waits until all of
     /// its replicas are in sync.
     pub async fn topic(&self, prefix: &str, partitions: i32, configs: &[(&str, &str)]) -> String {
+        self.create(prefix, TopicReplication::Fixed(3), partitions, configs)
+            .await
+    }
+
+    /// Creates a topic `{prefix}-…` of one partition whose replicas are
+    /// the nodes `replicas` (the first one its preferred leader), with
+    /// `retention.ms=-1` and `configs`, and waits until they are in sync.
+    pub async fn topic_on(
+        &self,
+        prefix: &str,
+        replicas: &[i32],
+        configs: &[(&str, &str)],
+    ) -> String {
+        self.create(prefix, TopicReplication::Variable(&[replicas]), 1, configs)
+            .await
+    }
+
+    async fn create(
+        &self,
+        prefix: &str,
+        replication: TopicReplication<'_>,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> String {
         let name = unique(prefix);
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap())
             .create()
             .expect("admin client");
-        let mut t =
-            NewTopic::new(&name, partitions, TopicReplication::Fixed(3)).set("retention.ms", "-1");
+        let mut t = NewTopic::new(&name, partitions, replication).set("retention.ms", "-1");
         for (k, v) in configs {
             t = t.set(k, v);
         }
@@ -214,6 +277,10 @@ impl Drop for Revive {
             if !running {
                 eprintln!("starting node {node} again after the test");
                 let _ = ci_command(&self.0, "resume", &[&node.to_string()]).status();
+            } else {
+                // A paused node (SIGSTOP) goes on; SIGCONT to a running one
+                // does nothing.
+                let _ = ci_command(&self.0, "unpause", &[&node.to_string()]).output();
             }
         }
         let _ = ci_command(&self.0, "wait-isr", &[]).status();
