@@ -60,6 +60,10 @@ pub struct LogExtras {
     /// The rebalances the member saw, as events: from the health report
     /// before its rebalance count rose to the one that shows it.
     pub rebalances: Vec<Event>,
+    /// The reasons of its reports: (unix ms, whether the report was
+    /// `healthy`, the reasons' text). A healthy report with reasons
+    /// carries informational ones (an under-replicated partition).
+    pub reasons: Vec<(i64, bool, String)>,
 }
 
 /// Reads one consumer log: its successes and extras. A line cut by a
@@ -115,6 +119,12 @@ pub fn read_log(path: &Path, index: usize) -> (Vec<Success>, LogExtras) {
                     }
                     last_rebalances = Some((t, n));
                     extras.health.push((t, (*status).to_owned()));
+                }
+            }
+            [kind @ ("why" | "note"), t, ..] => {
+                if let Ok(t) = t.parse() {
+                    let text = line.splitn(3, ' ').nth(2).unwrap_or("").to_owned();
+                    extras.reasons.push((t, *kind == "note", text));
                 }
             }
             _ => {}
@@ -293,6 +303,162 @@ pub fn check(
             ));
         }
     }
+    report
+}
+
+/// What a `read_committed` reader found in the transactional outputs
+/// (`--transactional`), against the successes the consumers logged.
+///
+/// Each output names its input (`<key> <seq> <topic> <partition>
+/// <offset>`): the record at the topic it was consumed from, the source or
+/// a tier. Consumed in transactions, each input must have **exactly one**
+/// committed output, however often it was handled (a handling whose
+/// transaction aborted wrote nothing a `read_committed` reader sees).
+/// A produced record has one input per stage it succeeded at: the source
+/// for most, the second tier for a poison record; a poison record whose
+/// tier copy was written twice (tier writes are at-least-once, outside
+/// the transactions) has two inputs and two outputs, counted apart.
+#[derive(Debug, Default)]
+pub struct OutputReport {
+    pub outputs: usize,
+    /// Distinct inputs with an output.
+    pub inputs: usize,
+    /// Distinct inputs in the success logs.
+    pub handled_inputs: usize,
+    /// Handled inputs without an output.
+    pub lost: Vec<String>,
+    /// Acknowledged records without any output.
+    pub records_without_output: Vec<String>,
+    /// Inputs with more than one output.
+    pub duplicates: Vec<String>,
+    /// Outputs of inputs no consumer logged as handled.
+    pub unknown: Vec<String>,
+    pub unreadable: usize,
+    /// Records with outputs of two tier copies (their tier record written
+    /// twice).
+    pub tier_copies: usize,
+}
+
+impl OutputReport {
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let some = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>();
+        if !self.lost.is_empty() {
+            out.push(format!(
+                "transactional outputs: {} handled inputs without an output, e.g. {:?}",
+                self.lost.len(),
+                some(&self.lost)
+            ));
+        }
+        if !self.records_without_output.is_empty() {
+            out.push(format!(
+                "transactional outputs: {} records without any output, e.g. {:?}",
+                self.records_without_output.len(),
+                some(&self.records_without_output)
+            ));
+        }
+        if !self.duplicates.is_empty() {
+            out.push(format!(
+                "transactional outputs: {} inputs with more than one committed output, e.g. {:?}",
+                self.duplicates.len(),
+                some(&self.duplicates)
+            ));
+        }
+        if !self.unknown.is_empty() {
+            out.push(format!(
+                "transactional outputs: {} outputs of inputs never logged as handled, e.g. {:?}",
+                self.unknown.len(),
+                some(&self.unknown)
+            ));
+        }
+        if self.unreadable > 0 {
+            out.push(format!(
+                "transactional outputs: {} unreadable payloads",
+                self.unreadable
+            ));
+        }
+        out
+    }
+}
+
+/// Checks the committed outputs (their payloads) against the records
+/// produced and the successes logged (see [`OutputReport`]).
+pub fn check_outputs(
+    produced: &[Produced],
+    successes: &[Success],
+    outputs: &[String],
+) -> OutputReport {
+    type Input = (String, i32, i64);
+    let mut report = OutputReport {
+        outputs: outputs.len(),
+        ..OutputReport::default()
+    };
+    let mut per_input: HashMap<Input, (String, u64, usize)> = HashMap::new();
+    for o in outputs {
+        let f: Vec<&str> = o.split(' ').collect();
+        let parsed = match f.as_slice() {
+            [key, seq, topic, partition, offset] => {
+                match (
+                    seq.parse::<u64>(),
+                    partition.parse::<i32>(),
+                    offset.parse::<i64>(),
+                ) {
+                    (Ok(seq), Ok(p), Ok(off)) => Some(((*topic).to_owned(), p, off, *key, seq)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let Some((topic, p, off, key, seq)) = parsed else {
+            report.unreadable += 1;
+            continue;
+        };
+        per_input
+            .entry((topic, p, off))
+            .or_insert_with(|| (key.to_owned(), seq, 0))
+            .2 += 1;
+    }
+    report.inputs = per_input.len();
+    let handled: HashMap<Input, (&str, u64)> = successes
+        .iter()
+        .map(|s| {
+            (
+                (s.topic.clone(), s.partition, s.offset),
+                (s.key.as_str(), s.seq),
+            )
+        })
+        .collect();
+    report.handled_inputs = handled.len();
+    let name = |(t, p, o): &Input, key: &str, seq: u64| format!("{key} #{seq} ({t}/{p}@{o})");
+    for (input, (key, seq)) in &handled {
+        if !per_input.contains_key(input) {
+            report.lost.push(name(input, key, *seq));
+        }
+    }
+    let mut per_record: HashMap<(&str, u64), usize> = HashMap::new();
+    for (input, (key, seq, n)) in &per_input {
+        if *n > 1 {
+            report
+                .duplicates
+                .push(format!("{} x{n}", name(input, key, *seq)));
+        }
+        if !handled.contains_key(input) {
+            report.unknown.push(name(input, key, *seq));
+        }
+        *per_record.entry((key.as_str(), *seq)).or_default() += 1;
+    }
+    report.tier_copies = per_record.values().filter(|n| **n > 1).count();
+    for p in produced {
+        if !per_record.contains_key(&(p.key.as_str(), p.seq)) {
+            report.records_without_output.push(format!(
+                "{} #{} ({}@{})",
+                p.key, p.seq, p.partition, p.offset
+            ));
+        }
+    }
+    report.lost.sort();
+    report.duplicates.sort();
+    report.unknown.sort();
     report
 }
 

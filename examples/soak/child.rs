@@ -18,8 +18,22 @@
 //!   the rebalance events the member has seen, every second;
 //! - `why <unix ms> <reasons>`: after a report other than `healthy`, its
 //!   reasons (the consumer's and each partition's), for the reader;
+//! - `note <unix ms> <reasons>`: a `healthy` report that still carries
+//!   reasons (informational ones, such as an under-replicated partition
+//!   while a node of a three-node cluster is down), for the checker's
+//!   account of node restarts;
 //! - `protocol <unix ms> <classic|consumer>`: the group protocol the
 //!   incarnation runs (`group.protocol`), once at its start.
+//!
+//! With `--outputs TOPIC` (the soak's `--transactional`) the handler also
+//! writes one output per success into TOPIC (key: the input's key;
+//! payload: `<key> <seq> <input topic> <input partition> <input offset>`)
+//! through `OutputConfig::transactional_id("<group>-tx-<slot>")`: one id
+//! per consumer slot, the same in each of the slot's incarnations, so a
+//! restarted slot fences its killed predecessor and aborts its open
+//! transaction. Outputs are written at every stage (the source and both
+//! tiers), after the poison check, so a failing call writes nothing and
+//! dooms no transaction.
 //!
 //! Its health thresholds (`stall_after`, `no_success_after`,
 //! `lag_growth_window`) are the soak's evaluation window (`--window-ms`),
@@ -39,7 +53,8 @@ use std::time::Duration;
 
 use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{
-    DeadLetter, FreshConsumer, HealthThresholds, OnExhausted, Record, RetryTopics,
+    DeadLetter, FreshConsumer, HealthThresholds, OnExhausted, Output, OutputConfig, Record,
+    RetryTopics,
 };
 
 use super::{TIERS, is_poison, now_ms, parse_payload};
@@ -56,6 +71,55 @@ pub struct ChildArgs {
     pub protocol: String,
     /// The health evaluation's window.
     pub window: Duration,
+    /// The output topic of transactional outputs (`--transactional`).
+    pub outputs: Option<String>,
+    /// The consumer slot (0, 1, 2): its transactional id's suffix.
+    pub slot: usize,
+}
+
+/// The transactional id of a consumer slot: the same for every incarnation
+/// of the slot.
+pub fn transactional_id(group: &str, slot: usize) -> String {
+    format!("{group}-tx-{slot}")
+}
+
+/// Everything but the handler: tiers, dead letters, thresholds, the group
+/// protocol's settings and, with `--outputs`, transactional outputs. The
+/// parent builds the same with a dummy handler to `validate()` the
+/// settings before it starts a child.
+pub fn configure<H>(consumer: FreshConsumer<H>, args: &ChildArgs) -> FreshConsumer<H> {
+    let tiers = RetryTopics::new(TIERS.map(|(d, _)| d))
+        .in_place_retries(0)
+        .dead_letter(DeadLetter::new());
+    let consumer = consumer
+        .bootstrap_servers(args.bootstrap.as_str())
+        .group_id(args.group.as_str())
+        .topics([args.topic.as_str()])
+        .on_exhausted(OnExhausted::RetryTopics(tiers))
+        .health_thresholds(
+            HealthThresholds::default()
+                .with_stall_after(args.window)
+                .with_no_success_after(args.window)
+                .with_lag_growth_window(args.window),
+        )
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("fetch.queue.backoff.ms", "10");
+    // KIP-848 members take their session timeout and heartbeat interval
+    // from the broker (librdkafka refuses the properties).
+    let consumer = if args.protocol == "consumer" {
+        consumer.set("group.protocol", "consumer")
+    } else {
+        consumer
+            .set("session.timeout.ms", args.session_ms.to_string())
+            .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
+    };
+    match &args.outputs {
+        Some(_) => consumer.outputs(
+            OutputConfig::new().transactional_id(transactional_id(&args.group, args.slot)),
+        ),
+        None => consumer,
+    }
 }
 
 /// Why a handler call failed: a poison record, on purpose.
@@ -95,6 +159,18 @@ fn exit_with_parent() {
 /// the consumer fails, 3 when the parent is gone.
 pub fn run(args: ChildArgs) {
     exit_with_parent();
+    // The library's log (`RUST_LOG`, else its info lines and every
+    // crate's warnings) goes to stderr, which the parent writes to
+    // `consumer-<slot>-<n>.stderr`.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,fresh_consumer=info,fresh_consumer::engine::worker::park=warn".into()
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -113,6 +189,7 @@ async fn run_async(args: ChildArgs) {
     let slow_until = Arc::new(AtomicI64::new(0));
 
     let source = args.topic.clone();
+    let out_topic = args.outputs.clone();
     let handler = {
         let log = Arc::clone(&log);
         let slow_until = Arc::clone(&slow_until);
@@ -120,6 +197,7 @@ async fn run_async(args: ChildArgs) {
             let log = Arc::clone(&log);
             let slow_until = Arc::clone(&slow_until);
             let source = source.clone();
+            let out_topic = out_topic.clone();
             async move {
                 if now_ms() < slow_until.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -129,7 +207,17 @@ async fn run_async(args: ChildArgs) {
                 // tier succeeds (deterministic, so any process agrees).
                 let tier = record.topic().strip_prefix(source.as_str()).unwrap_or("");
                 if is_poison(&key, seq) && (tier.is_empty() || tier == TIERS[0].1) {
-                    return Err(Poison);
+                    return Err(Poison.into());
+                }
+                if let Some(out) = &out_topic {
+                    fresh_consumer::outputs()?
+                        .send(Output::to(out.as_str()).key(key.as_str()).payload(format!(
+                            "{key} {seq} {} {} {}",
+                            record.topic(),
+                            record.partition(),
+                            record.offset()
+                        )))
+                        .await?;
                 }
                 log.line(format!(
                     "ok {} {} {} {} {key} {seq}\n",
@@ -138,37 +226,12 @@ async fn run_async(args: ChildArgs) {
                     record.partition(),
                     record.offset()
                 ));
-                Ok::<(), Poison>(())
+                Ok::<(), fresh_consumer::BoxError>(())
             }
         }
     };
 
-    let tiers = RetryTopics::new(TIERS.map(|(d, _)| d))
-        .in_place_retries(0)
-        .dead_letter(DeadLetter::new());
-    let consumer = FreshConsumer::new(handler)
-        .bootstrap_servers(args.bootstrap.as_str())
-        .group_id(args.group.as_str())
-        .topics([args.topic.as_str()])
-        .on_exhausted(OnExhausted::RetryTopics(tiers))
-        .health_thresholds(
-            HealthThresholds::default()
-                .with_stall_after(args.window)
-                .with_no_success_after(args.window)
-                .with_lag_growth_window(args.window),
-        )
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "100")
-        .set("fetch.queue.backoff.ms", "10");
-    // KIP-848 members take their session timeout and heartbeat interval
-    // from the broker (librdkafka refuses the properties).
-    let consumer = if args.protocol == "consumer" {
-        consumer.set("group.protocol", "consumer")
-    } else {
-        consumer
-            .set("session.timeout.ms", args.session_ms.to_string())
-            .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
-    };
+    let consumer = configure(FreshConsumer::new(handler), &args);
     log.line(format!("protocol {} {}\n", now_ms(), args.protocol));
     // With a collector (OTEL_EXPORTER_OTLP_ENDPOINT from the parent), the
     // consumer's metrics go to it over OTLP; the parent stops it for a while.
@@ -200,7 +263,11 @@ async fn run_async(args: ChildArgs) {
                     snapshot.status.as_str(),
                     snapshot.rebalances
                 ));
-                if !snapshot.is_healthy() {
+                let healthy = snapshot.is_healthy();
+                if !healthy
+                    || !snapshot.reasons.is_empty()
+                    || snapshot.partitions.iter().any(|p| !p.reasons.is_empty())
+                {
                     let why: Vec<String> = snapshot
                         .reasons
                         .iter()
@@ -211,7 +278,8 @@ async fn run_async(args: ChildArgs) {
                                 .map(move |r| format!("{}/{}: {r}", p.topic, p.partition))
                         }))
                         .collect();
-                    log.line(format!("why {} {}\n", now_ms(), why.join("; ")));
+                    let kind = if healthy { "note" } else { "why" };
+                    log.line(format!("{kind} {} {}\n", now_ms(), why.join("; ")));
                 }
                 if n.is_multiple_of(5) {
                     log.line(format!("rss {} {}\n", now_ms(), rss_kb()));

@@ -113,12 +113,21 @@ pub struct Args {
     /// outage.
     pub rotel: Option<PathBuf>,
     pub collector_down_secs: u64,
+    /// 1 (a single broker) or 3 (`.ci/kafka start --nodes 3`: topics get
+    /// replication factor 3, the broker fault kills one node).
+    pub nodes: u32,
+    /// Rolling restarts of all three nodes, spread over the run.
+    pub rolling_restarts: u32,
+    /// The consumers write one output per success into `<topic>.out` in
+    /// Kafka transactions; the checker reads it `read_committed`.
+    pub transactional: bool,
 }
 
 fn usage() -> String {
     "usage: soak --bootstrap HOST:PORT [--kafka-dir DIR] [--secs 180] [--seed N] [--rate 500] \
      [--keys 50] [--partitions 6] [--kill-every MIN-MAX] [--slow-secs 30] [--out DIR] \
-     [--rotel PATH] [--collector-down-secs 60]"
+     [--rotel PATH] [--collector-down-secs 60] [--nodes 1|3] [--rolling-restarts N] \
+     [--transactional]"
         .to_owned()
 }
 
@@ -136,6 +145,9 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         out: None,
         rotel: None,
         collector_down_secs: 60,
+        nodes: 1,
+        rolling_restarts: 0,
+        transactional: false,
     };
     let num = |flag: &str, v: Option<String>| -> Result<u64, String> {
         v.and_then(|v| v.parse().ok())
@@ -156,6 +168,11 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--collector-down-secs" => {
                 a.collector_down_secs = num("--collector-down-secs", it.next())?
             }
+            "--nodes" => a.nodes = num("--nodes", it.next())? as u32,
+            "--rolling-restarts" => {
+                a.rolling_restarts = num("--rolling-restarts", it.next())? as u32
+            }
+            "--transactional" => a.transactional = true,
             "--kill-every" => {
                 let v = it.next().unwrap_or_default();
                 let (lo, hi) = v
@@ -177,6 +194,18 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             usage()
         ));
     }
+    if a.nodes != 1 && a.nodes != 3 {
+        return Err(format!("--nodes must be 1 or 3\n{}", usage()));
+    }
+    if a.nodes == 3 && a.kafka_dir.is_none() {
+        return Err(format!(
+            "--nodes 3 needs --kafka-dir (the cluster's dir, from .ci/kafka start --nodes 3)\n{}",
+            usage()
+        ));
+    }
+    if a.rolling_restarts > 0 && a.nodes != 3 {
+        return Err(format!("--rolling-restarts needs --nodes 3\n{}", usage()));
+    }
     if a.kill_every == (0, 0) {
         a.kill_every = if a.secs < 600 { (20, 40) } else { (60, 180) };
     }
@@ -185,7 +214,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).peekable();
-    if args.peek().map(String::as_str) == Some("--child") {
+    let mode = args.peek().cloned().unwrap_or_default();
+    if mode == "--child" || mode == "--watch" {
         args.next();
         let flags: std::collections::HashMap<String, String> = {
             let rest: Vec<String> = args.collect();
@@ -197,8 +227,18 @@ fn main() -> ExitCode {
             flags
                 .get(flag)
                 .cloned()
-                .unwrap_or_else(|| panic!("soak --child: {flag} missing"))
+                .unwrap_or_else(|| panic!("soak {mode}: {flag} missing"))
         };
+        if mode == "--watch" {
+            watch::run_process(
+                get("--bootstrap"),
+                get("--group"),
+                get("--topic"),
+                Duration::from_millis(get("--window-ms").parse().expect("--window-ms")),
+                get("--log").into(),
+            );
+            return ExitCode::SUCCESS;
+        }
         child::run(child::ChildArgs {
             bootstrap: get("--bootstrap"),
             group: get("--group"),
@@ -208,6 +248,8 @@ fn main() -> ExitCode {
             session_ms: get("--session-ms").parse().expect("--session-ms"),
             protocol: get("--protocol"),
             window: Duration::from_millis(get("--window-ms").parse().expect("--window-ms")),
+            outputs: flags.get("--outputs").cloned(),
+            slot: get("--slot").parse().expect("--slot"),
         });
         return ExitCode::SUCCESS;
     }

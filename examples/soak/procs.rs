@@ -37,6 +37,7 @@ impl Consumers {
             .arg("--child")
             .args(&self.args)
             .args(["--protocol", self.protocol[slot]])
+            .args(["--slot", &slot.to_string()])
             .args(["--log".as_ref(), log.as_os_str()])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Held open while the child runs: it exits when this process

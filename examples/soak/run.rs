@@ -16,7 +16,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
+use fresh_consumer::{FreshConsumer, Record};
+
 use super::check::{self, Event, Produced};
+use super::child::{self, ChildArgs};
 use super::procs::{Collector, Consumers, free_port};
 use super::signals::{self, Rules};
 use super::watch;
@@ -54,8 +57,13 @@ enum Action {
     Kill { restart_after: Duration },
     /// SIGTERM a random running consumer and start it again at once.
     Restart,
-    /// `kill -9` the broker and start it again.
-    Broker,
+    /// `kill -9` the broker and start it again; on three nodes, the node
+    /// that leads this partition of the source topic.
+    Broker { partition: i32 },
+    /// Restart the three nodes one after the other: SIGTERM (a controlled
+    /// shutdown), start again on the same log dir, wait until every
+    /// partition has its three replicas in sync, the next node.
+    Rolling,
     /// Make a random running consumer's handler slow.
     Slow,
     /// Stop the collector; start it again after `--collector-down-secs`.
@@ -82,8 +90,21 @@ fn schedule(args: &Args) -> Vec<(Duration, Action)> {
         plan.push((at(0.55), Action::Collector));
     }
     if args.kafka_dir.is_some() {
-        plan.push((at(0.30), Action::Broker));
-        plan.push((at(0.65), Action::Broker));
+        // A generator of its own: the schedules of seeds from before
+        // three nodes stay the same.
+        let mut nodes = fastrand::Rng::with_seed(args.seed ^ 0x0de5);
+        for f in [0.30, 0.65] {
+            let partition = nodes.i32(0..args.partitions);
+            plan.push((at(f), Action::Broker { partition }));
+        }
+        // Spread over the run: the first at 10 %.
+        let n = args.rolling_restarts;
+        for i in 0..n {
+            plan.push((
+                at(0.10 + 0.80 * f64::from(i) / f64::from(n)),
+                Action::Rolling,
+            ));
+        }
     }
     let (lo, hi) = args.kill_every;
     let mut t = rng.u64(lo..=hi);
@@ -169,13 +190,18 @@ fn log_ends(bootstrap: &str, tpl: &TopicPartitionList) -> Option<HashMap<(String
         .collect()
 }
 
-async fn create_topics(bootstrap: &str, names: &[String], partitions: i32) -> Result<(), BoxError> {
+async fn create_topics(
+    bootstrap: &str,
+    names: &[String],
+    partitions: i32,
+    replicas: i32,
+) -> Result<(), BoxError> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()?;
     let topics: Vec<NewTopic<'_>> = names
         .iter()
-        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1)))
+        .map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(replicas)))
         .collect();
     for r in admin.create_topics(&topics, &AdminOptions::new()).await? {
         r.map_err(|(t, e)| format!("creating {t}: {e}"))?;
@@ -206,15 +232,26 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let dlt = format!("{topic}.dlt");
     let mut names = vec![topic.clone(), dlt.clone()];
     names.extend(TIERS.iter().map(|(_, s)| format!("{topic}{s}")));
-    create_topics(&args.bootstrap, &names, args.partitions).await?;
+    let out_topic = args.transactional.then(|| format!("{topic}.out"));
+    names.extend(out_topic.clone());
+    // Three nodes: three replicas (the cluster's min.insync.replicas is 2).
+    let replicas = if args.nodes == 3 { 3 } else { 1 };
+    create_topics(&args.bootstrap, &names, args.partitions, replicas).await?;
     let plan = schedule(&args);
     println!(
-        "soak: seed {} ({} s, {} records/s, {} keys, {} partitions), topic {topic}, logs in {}",
+        "soak: seed {} ({} s, {} records/s, {} keys, {} partitions, {} node{}{}), topic {topic}, logs in {}",
         args.seed,
         args.secs,
         args.rate,
         args.keys,
         args.partitions,
+        args.nodes,
+        if args.nodes == 1 { "" } else { "s" },
+        if args.transactional {
+            ", transactional outputs"
+        } else {
+            ""
+        },
         out.display()
     );
     for (t, a) in &plan {
@@ -265,37 +302,42 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         None => Vec::new(),
     };
 
-    // The group monitor, from outside.
-    let (stop_watch, watch_stopped) = tokio::sync::oneshot::channel::<()>();
-    let watcher = tokio::spawn(watch::watch(
-        args.bootstrap.clone(),
-        group.clone(),
-        topic.clone(),
+    // The group monitor, from outside (a process of its own).
+    let mut watcher = watch::Watcher::start(
+        &args.bootstrap,
+        &group,
+        &topic,
         Duration::from_millis(WINDOW_MS as u64),
-        async {
-            let _ = watch_stopped.await;
-        },
-    ));
+        &out,
+    )?;
 
     // The consumers.
     let events = Arc::new(Mutex::new(Vec::new()));
+    let mut child_args = [
+        "--bootstrap",
+        &args.bootstrap,
+        "--group",
+        &group,
+        "--topic",
+        &topic,
+        "--slow-secs",
+        &args.slow_secs.to_string(),
+        "--session-ms",
+        &SESSION_MS.to_string(),
+        "--window-ms",
+        &WINDOW_MS.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(out) = &out_topic {
+        child_args.extend(["--outputs".to_owned(), out.clone()]);
+        // The settings transactional outputs refuse (a batch handler, key
+        // order with more than one record in flight, unsplit partition
+        // queues) fail here, before any child starts.
+        validate_child_settings(&args.bootstrap, &group, &topic, out)?;
+    }
     let mut consumers = Consumers {
-        args: [
-            "--bootstrap",
-            &args.bootstrap,
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--slow-secs",
-            &args.slow_secs.to_string(),
-            "--session-ms",
-            &SESSION_MS.to_string(),
-            "--window-ms",
-            &WINDOW_MS.to_string(),
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+        args: child_args,
         protocol: vec!["classic"; CONSUMERS],
         env,
         out: out.clone(),
@@ -325,15 +367,43 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let started = Instant::now();
     let mut rng = fastrand::Rng::with_seed(args.seed ^ 0x5eed);
     let mut plan = plan.into_iter().peekable();
-    let mut broker_faults = Vec::new();
+    // The brokers' faults run one after the other on a thread of their
+    // own (see `NodeFaults`).
+    let restarts = Arc::new(Mutex::new(Vec::new()));
+    if args.kafka_dir.is_some() {
+        copy_ci_kafka(&out)?;
+    }
+    let mut node_faults = args.kafka_dir.clone().map(|dir| {
+        NodeFaults::start(
+            dir,
+            args.nodes,
+            topic.clone(),
+            Arc::clone(&events),
+            Arc::clone(&restarts),
+        )
+    });
     let mut switched: Option<usize> = None;
     // The consumer whose handler is slow, until when: no other fault picks
     // it meanwhile, or a kill a few seconds in would end the slow window
     // before any signal could show it (seed 1306793086305802401: killed 5 s
     // into its 30 s).
     let mut slow: Option<(usize, Instant)> = None;
-    while started.elapsed() < Duration::from_secs(args.secs) {
+    // Producing goes on until `--secs` passed and no broker fault is
+    // queued or under way: every fault happens under traffic.
+    let mut extended = false;
+    while started.elapsed() < Duration::from_secs(args.secs)
+        || node_faults.as_ref().is_some_and(NodeFaults::busy)
+    {
+        if !extended && started.elapsed() >= Duration::from_secs(args.secs) {
+            extended = true;
+            println!(
+                "[{}] {} s passed; producing on until the broker faults under way end",
+                now_ms(),
+                args.secs
+            );
+        }
         consumers.tend()?;
+        watcher.tend()?;
         if let Some(c) = collector.as_mut()
             && collector_back_at.is_some_and(|t| t <= Instant::now())
         {
@@ -406,12 +476,10 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
                         }
                     }
                 }
-                Action::Broker => {
-                    let dir = args.kafka_dir.clone().expect("scheduled with a kafka dir");
-                    let events = Arc::clone(&events);
-                    broker_faults.push(tokio::task::spawn_blocking(move || {
-                        broker_fault(&dir, &events)
-                    }));
+                Action::Broker { .. } | Action::Rolling => {
+                    if let Some(n) = node_faults.as_mut() {
+                        n.queue(action);
+                    }
                 }
             }
             let _ = at;
@@ -420,10 +488,9 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     }
     producing.store(false, Ordering::Relaxed);
     let (produced, unacked) = producer.await?;
-    for f in broker_faults {
-        if let Err(e) = f.await? {
-            consumers.failures.push(format!("broker restart: {e}"));
-        }
+    if let Some(n) = node_faults.take() {
+        let failures = tokio::task::spawn_blocking(move || n.finish()).await?;
+        consumers.failures.extend(failures);
     }
     println!(
         "[{}] producer stopped: {} acknowledged, {} not acknowledged, {} refused",
@@ -442,6 +509,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             }
         }
         consumers.tend()?;
+        watcher.tend()?;
         if let Some(ends) = log_ends(&args.bootstrap, &tpl) {
             let committed = latest.lock().unwrap().clone();
             let behind: i64 = ends
@@ -500,8 +568,9 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             }
         }
     }
-    let _ = stop_watch.send(());
-    let readings = watcher.await?;
+    watcher.tend()?;
+    let monitor_crashes = watcher.crashes.clone();
+    let (readings, monitor_under_replicated) = watcher.stop().await;
     std::fs::write(
         out.join("monitor.log"),
         readings
@@ -537,7 +606,22 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     events.extend(extras.iter().flat_map(|e| e.rebalances.iter().cloned()));
     let window = COMMIT_INTERVAL_MS + 2_000;
     let report = check::check(&produced, &successes, &events, &topic, window);
-    let judgement = signals::judge(
+    let outputs = match &out_topic {
+        Some(t) => {
+            let (b, t, n) = (args.bootstrap.clone(), t.clone(), args.partitions);
+            match tokio::task::spawn_blocking(move || read_committed(&b, &t, n)).await? {
+                Ok(read) => Some(check::check_outputs(&produced, &successes, &read)),
+                Err(e) => {
+                    consumers
+                        .failures
+                        .push(format!("transactional outputs: {e}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let mut judgement = signals::judge(
         &faults,
         &extras,
         &readings,
@@ -549,9 +633,14 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             window_ms: WINDOW_MS,
         },
     );
+    judgement.add_monitor_under_replicated(&monitor_under_replicated, WINDOW_MS);
     let mut failures = consumers.failures.clone();
+    failures.extend(monitor_crashes);
     failures.extend(report.failures(backwards, dead_lettered));
     failures.extend(judgement.failures(WINDOW_MS));
+    if let Some(o) = &outputs {
+        failures.extend(o.failures());
+    }
     for (i, warm, end, _) in check::net_rss_after_warmup(&extras, RSS_WARMUP_MS) {
         if rss_growth(warm, end) > RSS_GROWTH_PERCENT {
             failures.push(format!(
@@ -574,7 +663,32 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
         "  rebalances seen by the members: {}",
         extras.iter().map(|e| e.rebalances.len()).sum::<usize>()
     );
+    if let Some(o) = &outputs {
+        println!(
+            "  transactional outputs (read_committed): {} outputs of {} inputs; handled inputs {}, without an output (lost) {}, with more than one output (duplicates) {}, outputs of inputs never handled {}, records with no output {}; {} poison records with outputs of two tier copies (tier writes are at-least-once)",
+            o.outputs,
+            o.inputs,
+            o.handled_inputs,
+            o.lost.len(),
+            o.duplicates.len(),
+            o.unknown.len(),
+            o.records_without_output.len(),
+            o.tier_copies
+        );
+    }
+    for r in restarts.lock().unwrap().iter() {
+        let secs = |ms: i64| ms as f64 / 1000.0;
+        println!(
+            "  {}: exited after {:.1} s, listed again {:.1} s later, every partition in sync {:.1} s after that ({:.1} s in all)",
+            r.what,
+            secs(r.exited_ms - r.t_ms),
+            secs(r.listed_ms - r.exited_ms),
+            secs(r.in_sync_ms - r.listed_ms),
+            secs(r.in_sync_ms - r.t_ms)
+        );
+    }
     judgement.print(SETTLE_MS);
+    judgement.print_nodes(WINDOW_MS);
     for f in &failures {
         println!("FAILED: {f}");
     }
@@ -591,29 +705,218 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     Ok(failures.is_empty())
 }
 
+/// Builds the children's consumer (`child::configure`) with a handler
+/// that does nothing and `validate()`s it: transactional outputs refuse
+/// some settings (a batch handler, key order with more than one record in
+/// flight, `split_partition_queues(false)`).
+fn validate_child_settings(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    out: &str,
+) -> Result<(), BoxError> {
+    let child = ChildArgs {
+        bootstrap: bootstrap.to_owned(),
+        group: group.to_owned(),
+        topic: topic.to_owned(),
+        log: std::path::PathBuf::new(),
+        slow_secs: 0,
+        session_ms: SESSION_MS,
+        protocol: "classic".to_owned(),
+        window: Duration::from_millis(WINDOW_MS as u64),
+        outputs: Some(out.to_owned()),
+        slot: 0,
+    };
+    let handler = |_: Record| async { Ok::<(), fresh_consumer::BoxError>(()) };
+    child::configure(FreshConsumer::new(handler), &child)
+        .validate()
+        .map_err(|e| format!("the consumers' settings with transactional outputs: {e}").into())
+}
+
+/// Every output of `topic` a `read_committed` reader sees (up to the last
+/// stable offset: once the consumers stopped, every transaction ended), as
+/// its payload's text; read with partition EOF events, so that transaction
+/// markers and aborted records (they take offsets but are not delivered)
+/// do not make the read wait.
+fn read_committed(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<String>, BoxError> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-reader"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let mut at_end = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while at_end.len() < partitions as usize {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "reading {topic}: {} of {partitions} partitions at their end within 120 s",
+                at_end.len()
+            )
+            .into());
+        }
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                use rdkafka::Message;
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => return Err(format!("reading {topic}: {e}").into()),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// `.ci/kafka`, and its Maven file.
+const CI_KAFKA: [&str; 2] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/kafka"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/kafka.pom.xml"),
+];
+
+/// The copy of `.ci/kafka` the soak runs, taken at its start into the
+/// logs' folder: bash reads a script as it runs it, so an edit of the
+/// checkout's script while a node restart waits in it would make the rest
+/// of that call run garbled (seen: `line 779: n: command not found`).
+static SCRIPT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+fn copy_ci_kafka(out: &Path) -> Result<(), BoxError> {
+    let dir = out.join("ci");
+    std::fs::create_dir_all(&dir)?;
+    for f in CI_KAFKA {
+        let name = Path::new(f).file_name().ok_or("a file name")?;
+        std::fs::copy(f, dir.join(name))?;
+    }
+    let _ = SCRIPT.set(dir.join("kafka"));
+    Ok(())
+}
+
+/// Runs `.ci/kafka ARGS` (its messages go to this process's stderr);
+/// returns what it printed on stdout.
+fn ci_kafka(args: &[&str]) -> Result<String, BoxError> {
+    let script = SCRIPT.get().ok_or(".ci/kafka not copied")?;
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(".ci/kafka {}: {}", args.join(" "), out.status).into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// One node restart of a broker fault, for the report: when it began (the
+/// kill or the SIGTERM), when the node had exited, when the cluster listed
+/// it again, and when every partition had its replicas in sync again (the
+/// event's end).
+#[derive(Clone, Debug)]
+pub struct NodeRestart {
+    pub what: String,
+    pub t_ms: i64,
+    pub exited_ms: i64,
+    pub listed_ms: i64,
+    pub in_sync_ms: i64,
+}
+
+/// The brokers' faults, one after the other on a thread of their own: two
+/// at once on three nodes would take two nodes down, which loses the
+/// KRaft quorum and `min.insync.replicas` (an outage, not the fault that
+/// was meant). A fault due while another runs waits for it.
+struct NodeFaults {
+    tx: std::sync::mpsc::Sender<Action>,
+    pending: Arc<AtomicUsize>,
+    worker: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl NodeFaults {
+    fn start(
+        dir: std::path::PathBuf,
+        nodes: u32,
+        topic: String,
+        events: Arc<Mutex<Vec<Event>>>,
+        restarts: Arc<Mutex<Vec<NodeRestart>>>,
+    ) -> NodeFaults {
+        let (tx, rx) = std::sync::mpsc::channel::<Action>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let left = Arc::clone(&pending);
+        let worker = std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            for action in rx {
+                // After a failed fault the cluster may be short of a node:
+                // a further fault could be an outage; skip them.
+                if failures.is_empty() {
+                    let done = match (action, nodes) {
+                        (Action::Broker { .. }, 1) => broker_fault(&dir, &events),
+                        (Action::Broker { partition }, _) => {
+                            node_kill(&dir, &topic, partition, &events, &restarts)
+                        }
+                        (_, _) => rolling_restart(&dir, &events, &restarts),
+                    };
+                    if let Err(e) = done {
+                        println!("[{}] broker fault {action:?} failed: {e}", now_ms());
+                        failures.push(format!("broker fault {action:?}: {e}"));
+                    }
+                } else {
+                    failures.push(format!(
+                        "broker fault {action:?} skipped after a failed one"
+                    ));
+                }
+                left.fetch_sub(1, Ordering::Relaxed);
+            }
+            failures
+        });
+        NodeFaults {
+            tx,
+            pending,
+            worker,
+        }
+    }
+
+    fn queue(&mut self, action: Action) {
+        if self.busy() {
+            println!(
+                "[{}] {action:?} waits for the broker fault under way",
+                now_ms()
+            );
+        }
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(action);
+    }
+
+    /// A fault queued or under way.
+    fn busy(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) > 0
+    }
+
+    /// Waits for the faults queued; their failures.
+    fn finish(self) -> Vec<String> {
+        drop(self.tx);
+        self.worker
+            .join()
+            .unwrap_or_else(|_| vec!["the broker fault thread panicked".to_owned()])
+    }
+}
+
 /// Kills the broker, starts it again, and notes the outage.
 fn broker_fault(dir: &Path, events: &Mutex<Vec<Event>>) -> Result<(), BoxError> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/kafka");
+    let dir = dir.to_str().ok_or("the kafka dir is not UTF-8")?;
     let t = now_ms();
     println!("[{t}] broker kill -9");
-    let status = Command::new("bash")
-        .arg(script)
-        .arg("kill")
-        .arg(dir)
-        .status()?;
-    if !status.success() {
-        return Err(format!(".ci/kafka kill: {status}").into());
-    }
+    ci_kafka(&["kill", dir])?;
+    // The outage's length (a fault, not a wait for a condition).
     std::thread::sleep(Duration::from_secs(3));
-    let status = Command::new("bash")
-        .arg(script)
-        .arg("resume")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .status()?;
-    if !status.success() {
-        return Err(format!(".ci/kafka resume: {status}").into());
-    }
+    ci_kafka(&["resume", dir])?;
     let until = now_ms();
     println!(
         "[{until}] broker answers again ({:.1} s down)",
@@ -624,6 +927,101 @@ fn broker_fault(dir: &Path, events: &Mutex<Vec<Event>>) -> Result<(), BoxError> 
         until_ms: until,
         what: "broker kill -9 and restart".into(),
     });
+    Ok(())
+}
+
+/// Three nodes: kills the node that leads `partition` of the source topic,
+/// starts it again after 3 s (the brokers' session timeout: it is fenced
+/// and its leaderships moved by then), waits until every partition has
+/// its three replicas in sync again.
+fn node_kill(
+    dir: &Path,
+    topic: &str,
+    partition: i32,
+    events: &Mutex<Vec<Event>>,
+    restarts: &Mutex<Vec<NodeRestart>>,
+) -> Result<(), BoxError> {
+    let dir = dir.to_str().ok_or("the kafka dir is not UTF-8")?;
+    let node = ci_kafka(&["leader", dir, topic, &partition.to_string()])?;
+    let t = now_ms();
+    println!("[{t}] node {node} (the leader of {topic}/{partition}) kill -9");
+    ci_kafka(&["kill", dir, &node])?;
+    let exited = now_ms();
+    // The crash's length (a fault, not a wait for a condition).
+    std::thread::sleep(Duration::from_secs(3));
+    ci_kafka(&["resume", dir, &node])?;
+    let listed = now_ms();
+    ci_kafka(&["wait-isr", dir])?;
+    let in_sync = now_ms();
+    let what = format!("node {node} kill -9 and restart");
+    println!(
+        "[{in_sync}] node {node} listed again {:.1} s after the kill, every partition in sync {:.1} s after it",
+        (listed - t) as f64 / 1000.0,
+        (in_sync - t) as f64 / 1000.0
+    );
+    restarts.lock().unwrap().push(NodeRestart {
+        what: what.clone(),
+        t_ms: t,
+        exited_ms: exited,
+        listed_ms: listed,
+        in_sync_ms: in_sync,
+    });
+    events.lock().unwrap().push(Event {
+        t_ms: t,
+        until_ms: in_sync,
+        what,
+    });
+    Ok(())
+}
+
+/// Three nodes, one after the other, as an upgrade or a config change
+/// does: SIGTERM (a controlled shutdown: its leaderships move first),
+/// wait until it exited, start it again on its log dir, wait until the
+/// cluster lists it and every partition has its three replicas in sync.
+/// Each node's restart is one event (`node N rolling restart`).
+fn rolling_restart(
+    dir: &Path,
+    events: &Mutex<Vec<Event>>,
+    restarts: &Mutex<Vec<NodeRestart>>,
+) -> Result<(), BoxError> {
+    let dir = dir.to_str().ok_or("the kafka dir is not UTF-8")?;
+    let begun = now_ms();
+    println!("[{begun}] rolling restart of nodes 1, 2, 3");
+    for node in ["1", "2", "3"] {
+        let t = now_ms();
+        println!("[{t}] node {node} SIGTERM (rolling restart)");
+        ci_kafka(&["stop-node", dir, node])?;
+        let exited = now_ms();
+        ci_kafka(&["resume", dir, node])?;
+        let listed = now_ms();
+        ci_kafka(&["wait-isr", dir])?;
+        let in_sync = now_ms();
+        println!(
+            "[{in_sync}] node {node} restarted: exited {:.1} s after SIGTERM, listed {:.1} s after its start, every partition in sync {:.1} s later ({:.1} s in all)",
+            (exited - t) as f64 / 1000.0,
+            (listed - exited) as f64 / 1000.0,
+            (in_sync - listed) as f64 / 1000.0,
+            (in_sync - t) as f64 / 1000.0
+        );
+        let what = format!("node {node} rolling restart");
+        restarts.lock().unwrap().push(NodeRestart {
+            what: what.clone(),
+            t_ms: t,
+            exited_ms: exited,
+            listed_ms: listed,
+            in_sync_ms: in_sync,
+        });
+        events.lock().unwrap().push(Event {
+            t_ms: t,
+            until_ms: in_sync,
+            what,
+        });
+    }
+    println!(
+        "[{}] rolling restart done in {:.1} s",
+        now_ms(),
+        (now_ms() - begun) as f64 / 1000.0
+    );
     Ok(())
 }
 
@@ -737,11 +1135,13 @@ fn print_report(
     println!("  committed offsets sampled {samples} times; moved backwards: {backwards}");
     let count = |w: &str| events.iter().filter(|e| e.what.contains(w)).count();
     println!(
-        "  faults: {} SIGKILL, {} SIGTERM restarts, {} group.protocol switches, {} broker restarts, {} slow handlers, {} collector outages",
+        "  faults: {} SIGKILL, {} SIGTERM restarts, {} group.protocol switches, {} broker restarts, {} node kills, {} node restarts in rolling restarts, {} slow handlers, {} collector outages",
         count("SIGKILL"),
         count("SIGTERM"),
         count("group.protocol"),
         count("broker"),
+        count("kill -9 and restart") - count("broker"),
+        count("rolling restart"),
         count("slow"),
         count("collector stopped")
     );

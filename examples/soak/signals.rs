@@ -24,6 +24,19 @@
 //! of that keeps the member count, while the partitions catch up under the
 //! lag threshold (`Rules::dead_visible_ms`).
 //!
+//! On three nodes a node killed (`kill -9` of a partition's leader) or
+//! restarted in a rolling restart is reported, not required: two of three
+//! nodes keep every partition writable (`min.insync.replicas=2`) and the
+//! group's coordinator moves, so the truthful signal is none or a short
+//! one. For each such node the report gives what the members' health
+//! (reports other than `healthy`, and `healthy` ones noting an
+//! under-replicated partition) and the monitor (readings other than
+//! quiet) showed from the node's stop to one window after its partitions
+//! were in sync again, and for how long. A rolling restart that the
+//! monitor reads as an outage (a failed cycle or `dead`) or the members
+//! as no broker reachable, while no other fault was under way, is a false
+//! outage and fails the run; any other alarm is printed.
+//!
 //! A slow handler shows in process through the lag-growth rule, which
 //! needs a whole `lag_growth_window` of samples of the same assignment: a
 //! rebalance (another fault's member leaving or joining) gives the member
@@ -43,6 +56,10 @@ pub enum Kind {
     /// A SIGTERM restart or a `group.protocol` switch.
     GracefulLeave,
     Collector,
+    /// Three nodes: one node killed (`kill -9`) and started again.
+    NodeDown,
+    /// Three nodes: one node's restart in a rolling restart.
+    NodeRestart,
 }
 
 impl Kind {
@@ -51,6 +68,12 @@ impl Kind {
     pub fn of(what: &str) -> Option<Kind> {
         if what.ends_with("started") || what.ends_with("started again") {
             None
+        } else if what.starts_with("node ") {
+            Some(if what.contains("rolling") {
+                Kind::NodeRestart
+            } else {
+                Kind::NodeDown
+            })
         } else if what.contains("SIGKILL") {
             Some(Kind::DeadMember)
         } else if what.contains("broker") {
@@ -105,6 +128,88 @@ pub struct Judgement {
     pub in_process_alarms: (usize, usize),
     /// Monitor readings that were not quiet outside every fault, of all.
     pub monitor_alarms: (usize, usize),
+    /// What the signals showed during each node fault on three nodes.
+    pub nodes: Vec<NodeSignals>,
+}
+
+/// Signals of one kind within a node fault's time: how many, the first
+/// and the last (ms after the fault's start), and what they said.
+#[derive(Clone, Debug, Default)]
+pub struct Span {
+    pub count: usize,
+    pub first: i64,
+    pub last: i64,
+    pub said: Vec<String>,
+}
+
+impl Span {
+    fn of(t0: i64, items: impl Iterator<Item = (i64, String)>) -> Option<Span> {
+        let mut span: Option<Span> = None;
+        for (t, said) in items {
+            let s = span.get_or_insert(Span {
+                first: t - t0,
+                last: t - t0,
+                ..Span::default()
+            });
+            s.count += 1;
+            s.first = s.first.min(t - t0);
+            s.last = s.last.max(t - t0);
+            if !s.said.contains(&said) {
+                s.said.push(said);
+            }
+        }
+        span
+    }
+}
+
+/// What the signals showed while a node of three was down or restarting,
+/// and one window after every partition was in sync again.
+#[derive(Clone, Debug)]
+pub struct NodeSignals {
+    pub what: String,
+    pub t_ms: i64,
+    pub until_ms: i64,
+    pub kind: Kind,
+    /// From its stop (or kill) to every partition in sync again.
+    pub lasted_ms: i64,
+    /// Member reports other than `healthy` (statuses).
+    pub in_process: Option<Span>,
+    /// `healthy` reports noting an under-replicated partition.
+    pub under_replicated: Option<Span>,
+    /// Member reports saying no broker is reachable.
+    pub unreachable: Option<Span>,
+    /// Monitor readings other than quiet.
+    pub monitor: Option<Span>,
+    /// Monitor readings naming under-replicated partitions (the most in
+    /// one reading is in `said`).
+    pub monitor_under_replicated: Option<Span>,
+    /// Other faults under way meanwhile.
+    pub overlaps: Vec<String>,
+}
+
+impl NodeSignals {
+    /// A graceful node restart read as an outage while nothing else was
+    /// under way: failed monitor cycles, a `dead` group, or members that
+    /// reached no broker, with two nodes of three up.
+    pub fn false_outage(&self) -> Option<String> {
+        if self.kind != Kind::NodeRestart || !self.overlaps.is_empty() {
+            return None;
+        }
+        let outage: Vec<&String> = self
+            .monitor
+            .iter()
+            .flat_map(|m| m.said.iter())
+            .filter(|r| r.starts_with("error:") || r.as_str() == "dead")
+            .collect();
+        match (&self.unreachable, outage.is_empty()) {
+            (None, true) => None,
+            (u, _) => Some(format!(
+                "{}: read as an outage with two nodes of three up (monitor {outage:?}, {} member reports of no broker reachable)",
+                self.what,
+                u.as_ref().map_or(0, |u| u.count)
+            )),
+        }
+    }
 }
 
 /// The options of [`judge`].
@@ -243,6 +348,63 @@ pub fn judge(
             monitor_back,
         });
     }
+    for &(e, kind) in sorted
+        .iter()
+        .filter(|(_, k)| matches!(k, Kind::NodeDown | Kind::NodeRestart))
+    {
+        let (from, to) = (e.t_ms, e.until_ms + rules.window_ms);
+        let within = |t: i64| t >= from && t <= to;
+        let reasons = || {
+            extras
+                .iter()
+                .flat_map(|x| x.reasons.iter())
+                .filter(|(t, _, _)| within(*t))
+        };
+        let overlaps = sorted
+            .iter()
+            .filter(|(o, _)| !std::ptr::eq(*o, e))
+            .filter(|(o, _)| o.t_ms <= to && o.until_ms + rules.settle_ms >= from)
+            .map(|(o, _)| o.what.clone())
+            .collect();
+        out.nodes.push(NodeSignals {
+            what: e.what.clone(),
+            kind,
+            lasted_ms: e.until_ms - e.t_ms,
+            in_process: Span::of(
+                e.t_ms,
+                health
+                    .iter()
+                    .filter(|(t, s)| within(*t) && *s != "healthy")
+                    .map(|(t, s)| (*t, (*s).to_owned())),
+            ),
+            under_replicated: Span::of(
+                e.t_ms,
+                reasons()
+                    .filter(|(_, _, r)| r.contains("under-replicated"))
+                    .map(|(t, _, _)| (*t, "under-replicated".to_owned())),
+            ),
+            unreachable: Span::of(
+                e.t_ms,
+                reasons()
+                    .filter(|(_, _, r)| r.contains("no broker reachable"))
+                    .map(|(t, _, _)| (*t, "no broker reachable".to_owned())),
+            ),
+            monitor: Span::of(
+                e.t_ms,
+                readings
+                    .iter()
+                    .filter(|r| within(r.0) && !quiet_reading(r, rules.members))
+                    .map(|r| match r.2 {
+                        Some(m) if m != rules.members => (r.0, format!("{} ({m} members)", r.1)),
+                        _ => (r.0, r.1.clone()),
+                    }),
+            ),
+            overlaps,
+            monitor_under_replicated: None,
+            t_ms: e.t_ms,
+            until_ms: e.until_ms,
+        });
+    }
     out.in_process_alarms = (
         health
             .iter()
@@ -263,6 +425,24 @@ pub fn judge(
 }
 
 impl Judgement {
+    /// Adds to each node fault the monitor's readings that named
+    /// under-replicated partitions ((unix ms, count) per reading).
+    pub fn add_monitor_under_replicated(&mut self, under: &[(i64, usize)], window_ms: i64) {
+        for n in &mut self.nodes {
+            let seen: Vec<(i64, usize)> = under
+                .iter()
+                .copied()
+                .filter(|(t, u)| *u > 0 && *t >= n.t_ms && *t <= n.until_ms + window_ms)
+                .collect();
+            let most = seen.iter().map(|(_, u)| *u).max().unwrap_or(0);
+            n.monitor_under_replicated = Span::of(
+                n.t_ms,
+                seen.iter()
+                    .map(|(t, _)| (*t, format!("up to {most} partitions"))),
+            );
+        }
+    }
+
     /// What failed: a required fault without its signal within two
     /// windows, and any alarm outside the faults.
     pub fn failures(&self, window_ms: i64) -> Vec<String> {
@@ -288,6 +468,7 @@ impl Judgement {
                 ));
             }
         }
+        f.extend(self.nodes.iter().filter_map(NodeSignals::false_outage));
         if self.in_process_alarms.0 > 0 {
             f.push(format!(
                 "{} in-process health reports other than healthy outside the faults",
@@ -301,6 +482,49 @@ impl Judgement {
             ));
         }
         f
+    }
+
+    /// The node faults' lines (three nodes).
+    pub fn print_nodes(&self, window_ms: i64) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        let secs = |ms: i64| ms as f64 / 1000.0;
+        let span = |s: &Option<Span>, quiet: &str| match s {
+            None => quiet.to_owned(),
+            Some(s) => format!(
+                "{} {} from {:.1} s to {:.1} s",
+                s.said.join("/"),
+                s.count,
+                secs(s.first),
+                secs(s.last)
+            ),
+        };
+        println!(
+            "  node faults (signals from the node's stop to {} s after every partition was in sync again; times after the stop):",
+            window_ms / 1000
+        );
+        for n in &self.nodes {
+            let overlaps = if n.overlaps.is_empty() {
+                String::new()
+            } else {
+                format!(" [meanwhile: {}]", n.overlaps.join(", "))
+            };
+            let alarm = match (&n.in_process, &n.monitor) {
+                (None, None) => "no alarm".to_owned(),
+                _ => "ALARM".to_owned(),
+            };
+            println!(
+                "    {} ({:.1} s to full ISR): {alarm}; in process {} (healthy reports noting under-replication: {}; no broker reachable: {}); monitor {} (under-replicated: {}){overlaps}",
+                n.what,
+                secs(n.lasted_ms),
+                span(&n.in_process, "healthy throughout"),
+                span(&n.under_replicated, "none"),
+                span(&n.unreachable, "none"),
+                span(&n.monitor, "quiet throughout"),
+                span(&n.monitor_under_replicated, "none"),
+            );
+        }
     }
 
     /// The report's lines.
