@@ -110,7 +110,7 @@ async fn the_leader_of_a_consumed_partition_killed_loses_nothing_and_never_rewin
     );
     let before = handled.len();
     wait_until(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         "records flowing after the failover",
         || async { handled.len() > before + 300 },
     )
