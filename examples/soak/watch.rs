@@ -9,8 +9,11 @@
 //! on three nodes a graceful stop of a node aborted the soak's process
 //! once, in librdkafka's admin coordinator request
 //! (`rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'
-//! failed`, 2026-12-07), which only the monitor's DescribeConsumerGroups
-//! uses in that process. The parent restarts a monitor
+//! failed`, 2026-12-07; twice in three runs with a rolling restart), which
+//! only the monitor's DescribeConsumerGroups uses in that process:
+//! librdkafka's use-after-free of a coordinator request's `eonce` when the
+//! connection drops (confluentinc/librdkafka#4605, fix proposed in
+//! confluentinc/librdkafka#5397). The parent restarts a monitor
 //! that exited by itself (`Watcher::tend`) and fails the run with what it
 //! printed: a monitor process that dies is a finding, not a reason to lose
 //! the soak's other checks.
