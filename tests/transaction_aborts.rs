@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::metrics::{
-    ERROR_TYPE, MESSAGING_CONSUMER_GROUP_NAME, MESSAGING_SYSTEM, TRANSACTION_OUTCOME, TRANSACTIONS,
-};
+use fresh_consumer::metrics::{ERROR_TYPE, TRANSACTIONS};
 use fresh_consumer::output::OutputError;
 use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{BoxError, Output, OutputConfig, Record, RetryPolicy};
@@ -33,6 +31,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, read_committed};
+use support::metrics::transaction_attrs;
 use support::run::start;
 use support::wait::WAIT;
 
@@ -236,26 +235,14 @@ async fn settle_on_mock(
     })
     .await;
     let summary = run.stop().await;
-    let committed = support::kafka::summary_committed(&summary, topic, want.len() as i32);
-    assert_eq!(
-        committed,
-        want.iter().map(|o| Some(*o)).collect::<Vec<_>>(),
-        "offsets committed in the run's transactions: {summary:?}"
-    );
+    support::kafka::assert_summary_committed(&summary, topic, want);
     summary
 }
 
 /// The transactions counter's value for aborts with `error_type`.
 fn aborts(metrics: &TestMetrics, group: &str, error_type: &str) -> f64 {
-    let attrs: support::metrics::Attrs = [
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-        (TRANSACTION_OUTCOME, "aborted"),
-        (ERROR_TYPE, error_type),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
+    let mut attrs = transaction_attrs(group, "aborted");
+    attrs.insert(ERROR_TYPE.to_owned(), error_type.to_owned());
     metrics.counter_total(TRANSACTIONS, &attrs)
 }
 

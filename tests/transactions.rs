@@ -23,8 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::{
-    ERROR_TYPE, EVENT_AGE, MESSAGING_CONSUMER_GROUP_NAME, MESSAGING_SYSTEM, TRANSACTION_DURATION,
-    TRANSACTION_OUTCOME, TRANSACTIONS,
+    ERROR_TYPE, EVENT_AGE, MESSAGING_CONSUMER_GROUP_NAME, TRANSACTION_DURATION, TRANSACTIONS,
 };
 use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{
@@ -32,21 +31,9 @@ use fresh_consumer::{
 };
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, read_committed};
-use support::metrics::Attrs;
+use support::metrics::transaction_attrs;
 use support::run::start;
 use support::wait::{WAIT, wait_until};
-
-/// The attributes of `fresh_consumer.transactions` for `outcome`.
-fn tx_attrs(group: &str, outcome: &str) -> Attrs {
-    [
-        (MESSAGING_SYSTEM, "kafka"),
-        (MESSAGING_CONSUMER_GROUP_NAME, group),
-        (TRANSACTION_OUTCOME, outcome),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect()
-}
 
 /// The input an output was written for: `partition/offset`, its key.
 fn input_id(r: &Record) -> String {
@@ -102,12 +89,7 @@ async fn settle(
         .await;
     }
     let summary = run.stop().await;
-    let committed = support::kafka::summary_committed(&summary, topic, want.len() as i32);
-    assert_eq!(
-        committed,
-        want.iter().map(|o| Some(*o)).collect::<Vec<_>>(),
-        "offsets committed in the run's transactions: {summary:?}"
-    );
+    support::kafka::assert_summary_committed(&summary, topic, want);
     summary
 }
 
@@ -193,13 +175,16 @@ async fn committed_outputs_and_offsets_reach_a_read_committed_reader() {
     assert_eq!(keys.len(), 120, "no transaction aborted: each output once");
     assert_outputs(&cluster, &keys, 3, 40);
     metrics.flush().await.expect("flush the test metrics");
-    let committed = metrics.counter_total(TRANSACTIONS, &tx_attrs(&group, "committed"));
+    let committed = metrics.counter_total(TRANSACTIONS, &transaction_attrs(&group, "committed"));
     assert!(committed >= 1.0, "transactions counted: {committed}");
     assert_eq!(
-        metrics.counter_total(TRANSACTIONS, &tx_attrs(&group, "aborted")),
+        metrics.counter_total(TRANSACTIONS, &transaction_attrs(&group, "aborted")),
         0.0
     );
-    let durations = metrics.histogram(TRANSACTION_DURATION, &tx_attrs(&group, "committed"));
+    let durations = metrics.histogram(
+        TRANSACTION_DURATION,
+        &transaction_attrs(&group, "committed"),
+    );
     assert_eq!(durations.count as f64, committed);
     let ages = metrics.histogram(EVENT_AGE, [(MESSAGING_CONSUMER_GROUP_NAME, group.as_str())]);
     assert_eq!(ages.count, 120, "one age per record, at its commit");
@@ -270,7 +255,7 @@ async fn a_handler_error_after_outputs_aborts_only_what_it_must() {
     };
     assert_outputs(&cluster, &keys, 1, 20);
     metrics.flush().await.expect("flush the test metrics");
-    let mut aborted = tx_attrs(&group, "aborted");
+    let mut aborted = transaction_attrs(&group, "aborted");
     aborted.insert(ERROR_TYPE.to_owned(), "handler_failed".to_owned());
     assert_eq!(
         metrics.counter_total(TRANSACTIONS, &aborted),
@@ -336,7 +321,7 @@ async fn a_transaction_timeout_aborts_rewinds_and_recovers() {
         "records handled again after the abort"
     );
     metrics.flush().await.expect("flush the test metrics");
-    let mut timed_out = tx_attrs(&group, "aborted");
+    let mut timed_out = transaction_attrs(&group, "aborted");
     timed_out.insert(ERROR_TYPE.to_owned(), "transaction_timeout".to_owned());
     let aborted = metrics.counter_total(TRANSACTIONS, &timed_out);
     assert!(aborted >= 1.0, "the timed-out transaction was aborted");

@@ -57,6 +57,16 @@ pub fn summary_committed(summary: &RunSummary, topic: &str, partitions: i32) -> 
         .collect()
 }
 
+/// Asserts that a run's summary says it committed `want` for partitions
+/// `0..want.len()` of `topic`.
+pub fn assert_summary_committed(summary: &RunSummary, topic: &str, want: &[i64]) {
+    assert_eq!(
+        summary_committed(summary, topic, want.len() as i32),
+        want.iter().map(|o| Some(*o)).collect::<Vec<_>>(),
+        "offsets committed in the run: {summary:?}"
+    );
+}
+
 /// A consumer of `topic` in `group` with the settings that keep tests fast
 /// on the mock broker, but for the group's session and heartbeat timings
 /// (see [`TestCluster::consumer`]).

@@ -16,6 +16,19 @@ use super::otlp_receiver::{OtlpReceiver, attrs};
 
 pub type Attrs = BTreeMap<String, String>;
 
+/// The attributes of `fresh_consumer.transactions` for `outcome`
+/// (`committed`, `aborted`).
+pub fn transaction_attrs(group: &str, outcome: &str) -> Attrs {
+    [
+        (MESSAGING_SYSTEM, "kafka"),
+        (MESSAGING_CONSUMER_GROUP_NAME, group),
+        (TRANSACTION_OUTCOME, outcome),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
 /// The attributes of a partition's metrics (see the metrics docs).
 pub fn partition_attrs(topic: &str, partition: i32, group: &str) -> Attrs {
     let p = partition.to_string();
