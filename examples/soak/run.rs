@@ -746,6 +746,34 @@ fn read_committed(bootstrap: &str, topic: &str, partitions: i32) -> Result<Vec<S
         .set("enable.partition.eof", "true")
         .set("enable.auto.commit", "false")
         .create()?;
+    // A consumer killed with a transaction open (one that did not stop
+    // within 30 s of SIGTERM) leaves it open until the broker aborts it
+    // (`transaction.timeout.ms`, 60 s): the last stable offset stays below
+    // the high watermark meanwhile, and the reader's end would be short
+    // of later committed outputs. Wait until the two meet.
+    let uncommitted: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("isolation.level", "read_uncommitted")
+        .create()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for p in 0..partitions {
+        loop {
+            let stable = c.fetch_watermarks(topic, p, Duration::from_secs(5))?.1;
+            let high = uncommitted
+                .fetch_watermarks(topic, p, Duration::from_secs(5))?
+                .1;
+            if stable >= high {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "reading {topic}/{p}: the last stable offset {stable} stayed below the high watermark {high} for 120 s (a transaction left open)"
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)?;
