@@ -1,5 +1,8 @@
 //! The members (and the partitions each owns) and state of consumer groups
-//! as the brokers describe them, through librdkafka's DescribeConsumerGroups admin call: it asks
+//! as the brokers describe them, through librdkafka's DescribeConsumerGroups
+//! admin call (for the groups the classic listing calls `Dead`: KIP-848
+//! groups; classic groups are described by `classic.rs`, away from a
+//! librdkafka abort in this call, see there): it asks
 //! ConsumerGroupDescribe (KIP-848, for groups of `group.protocol=consumer`,
 //! classic members of an upgraded group included) and falls back to
 //! DescribeGroups for classic groups, so both kinds are described. The

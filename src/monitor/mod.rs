@@ -54,6 +54,7 @@
 //! state its handle and gauges read), `export.rs` the gauges, [`scale`] the autoscaling answer
 //! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
+mod classic;
 mod describe;
 mod discover;
 mod export;

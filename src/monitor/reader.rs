@@ -19,10 +19,10 @@ use crate::config::redact_config_error;
 use crate::error::ConfigError;
 use crate::health::Replication;
 use crate::monitor::MonitorError;
-use crate::monitor::describe;
 use crate::monitor::discover::{Discovery, candidates};
 use crate::monitor::judge::{HeadRead, Observation};
 use crate::monitor::report::PartitionOwner;
+use crate::monitor::{classic, describe};
 use crate::record::RecordTimestamp;
 
 /// The group id the probe assigns partitions under (it never joins or
@@ -156,22 +156,17 @@ pub(crate) fn observation(
     }
 }
 
-/// The member count and state of a group as ListGroups/DescribeGroups
-/// describe it: `None` for a group the brokers call `Dead` (unknown to the
-/// classic protocol: it does not exist, or it is a KIP-848 consumer group,
-/// described by [`Reader::describe_members`] instead) or do not list.
-fn members(
-    list: &rdkafka::groups::GroupList,
-    group: &str,
-) -> Option<(u32, String, Option<String>)> {
-    let g = list.groups().iter().find(|g| g.name() == group)?;
-    if g.state().is_empty() || g.state().eq_ignore_ascii_case("dead") {
-        return None;
+/// Takes what the brokers say of a group: its member count, state and
+/// assignor where the listing gave none, and the partition each member
+/// owns ([`Observation::owner`]).
+fn apply(g: &mut GroupReads, d: &describe::Described) {
+    if g.members.is_none() {
+        g.members = Some(d.members);
+        g.state = Some(d.state.clone());
+        g.assignor.clone_from(&d.assignor);
     }
-    // A consumer group's protocol is its assignor's name (`range`, ...).
-    let assignor = (g.protocol_type() == "consumer" && !g.protocol().is_empty())
-        .then(|| g.protocol().to_owned());
-    Some((g.members().len() as u32, g.state().to_owned(), assignor))
+    owners(&mut g.observations, &d.assignments);
+    g.assignments_unreadable = unreadable(d, &g.observations);
 }
 
 /// A described group that is `Stable` with members and committed offsets,
@@ -350,19 +345,49 @@ impl Reader {
         Ok(Some(list))
     }
 
-    /// Every group in `groups` as the brokers describe it, in one
-    /// DescribeConsumerGroups request: the member count and state where
-    /// the listing gave none (all groups without discovery; KIP-848 groups
-    /// with it), and for all of them the partition each member owns,
-    /// set on their observations ([`Observation::owner`]). A group the
-    /// brokers do not know, or call `Dead`, keeps `None`. Refused for good
-    /// (the brokers lack the APIs, as librdkafka's mock broker does, or the
-    /// client may not describe groups): not asked again.
-    fn describe_members(&mut self, groups: &mut [GroupReads]) {
-        if !self.describe_groups || groups.is_empty() {
+    /// Every group in `groups` as the brokers describe it: its member
+    /// count, state and assignor, and the partition each member owns, set
+    /// on its observations ([`Observation::owner`]). A classic group from
+    /// the group listing (`listing`, the discovery's, or one listing per
+    /// group: DescribeGroups, see `classic.rs`); a group the listing calls
+    /// `Dead` while it has committed offsets (a KIP-848 group) in one
+    /// DescribeConsumerGroups admin request for all of them. A group the
+    /// brokers do not know keeps `None`. When the listing fails (a broker
+    /// down), the group is described next cycle: the admin request is not
+    /// tried then (librdkafka 2.12.1 aborts the process when a connection
+    /// drops under it, see `classic.rs`). The admin request refused for
+    /// good (the brokers lack the APIs, as librdkafka's mock broker does,
+    /// or the client may not describe groups): not asked again.
+    fn describe_members(
+        &mut self,
+        groups: &mut [GroupReads],
+        listing: Option<&rdkafka::groups::GroupList>,
+    ) {
+        let timeout = self.settings.request_timeout;
+        let mut kip848: Vec<String> = Vec::new();
+        for g in groups.iter_mut() {
+            let classic = match listing {
+                Some(list) => Ok(classic::described(list, &g.group)),
+                None => self
+                    .uncommitted
+                    .fetch_group_list(Some(&g.group), timeout)
+                    .map(|list| classic::described(&list, &g.group)),
+            };
+            match classic {
+                Ok(Some(d)) => apply(g, &d),
+                Ok(None) if g.observations.iter().any(|o| o.committed.is_some()) => {
+                    kip848.push(g.group.clone());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, group = %g.group, "list group: described next cycle");
+                }
+            }
+        }
+        if !self.describe_groups || kip848.is_empty() {
             return;
         }
-        let wanted: Vec<&str> = groups.iter().map(|g| g.group.as_str()).collect();
+        let wanted: Vec<&str> = kip848.iter().map(String::as_str).collect();
         let refused = |code: RDKafkaErrorCode| {
             matches!(
                 code,
@@ -391,15 +416,7 @@ impl Reader {
         };
         for g in groups.iter_mut() {
             match described.get(&g.group) {
-                Some(Ok(d)) if !d.state.eq_ignore_ascii_case("dead") => {
-                    if g.members.is_none() {
-                        g.members = Some(d.members);
-                        g.state = Some(d.state.clone());
-                        g.assignor.clone_from(&d.assignor);
-                    }
-                    owners(&mut g.observations, &d.assignments);
-                    g.assignments_unreadable = unreadable(d, &g.observations);
-                }
+                Some(Ok(d)) if !d.state.eq_ignore_ascii_case("dead") => apply(g, d),
                 // The mock broker answers each group so.
                 Some(Err(code)) if refused(*code) => {
                     tracing::info!(error = %code, group = %g.group, "the brokers do not describe groups: the replica suggestion counts from current_replicas");
@@ -521,25 +538,20 @@ impl Reader {
                 continue;
             }
             let observations = read_topics_only(observations);
-            // A KIP-848 group is `Dead` to the classic listing: described below.
-            let listed = listing.as_ref().and_then(|list| members(list, group));
-            let (members, state, assignor) = match listed {
-                Some((m, s, a)) => (Some(m), Some(s), a),
-                None => (None, None, None),
-            };
+            // Members, state and owners: `describe_members` below.
             groups.push(GroupReads {
                 group: group.clone(),
                 observations,
-                members,
-                state,
-                assignor,
+                members: None,
+                state: None,
+                assignor: None,
                 assignments_unreadable: false,
             });
         }
         let read = Instant::now();
         let half = read.saturating_duration_since(started.0) / 2;
         let read_at = (started.0 + half, started.1 + half);
-        self.describe_members(&mut groups);
+        self.describe_members(&mut groups, listing.as_ref());
 
         // The records to read: the first at or after max(committed, log start).
         let mut wanted: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
