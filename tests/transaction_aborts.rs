@@ -53,7 +53,7 @@ fn fails(n: u64) -> bool {
     let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % 100 == 0
+    (z ^ (z >> 31)).is_multiple_of(100)
 }
 
 /// The member process: writes one output per input (keyed by the input's

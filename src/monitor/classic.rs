@@ -109,12 +109,12 @@ mod tests {
         let mut b = Vec::new();
         b.extend(1i16.to_be_bytes());
         b.extend(2i32.to_be_bytes());
-        for (topic, parts) in [("orders", &[0, 2][..]), ("refunds", &[1][..])] {
+        for (topic, parts) in [("orders", &[0i32, 2][..]), ("refunds", &[1i32][..])] {
             b.extend((topic.len() as i16).to_be_bytes());
             b.extend(topic.as_bytes());
             b.extend((parts.len() as i32).to_be_bytes());
             for p in parts {
-                b.extend((*p as i32).to_be_bytes());
+                b.extend(p.to_be_bytes());
             }
         }
         b.extend(3i32.to_be_bytes());
