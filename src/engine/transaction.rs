@@ -36,6 +36,14 @@ pub(crate) const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// outputs to be written first (see [`Transactions::end`]).
 const ABORT_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How much longer than its own timeout `send_offsets_to_transaction` is
+/// waited for (see [`Transactions::send_offsets`]).
+const SEND_OFFSETS_GRACE: Duration = Duration::from_secs(1);
+
+/// The abort reason of a transaction whose `send_offsets_to_transaction`
+/// did not return in time.
+const SEND_OFFSETS_TIMED_OUT: &str = "send_offsets_timed_out";
+
 /// The abort reason of a transaction the broker timed out.
 const TIMED_OUT: &str = "transaction_timeout";
 
@@ -272,9 +280,18 @@ impl Transactions {
                 .map(kafka_error_name)
                 .unwrap_or_else(|| "_FATAL".to_owned())
         };
+        self.restart_producer(reason)
+    }
+
+    /// Replaces the producer with a new one with the same
+    /// `transactional.id` and begins its first transaction (its
+    /// `init_transactions` ends the old one's): `Ok(reason)`; `Err` (the
+    /// run stops) when that fails.
+    fn restart_producer(&self, reason: String) -> Result<String, KafkaError> {
         let old = self.outputs.replace().map_err(|e| self.set_fatal(e))?;
         // Dropped here, on the committer's thread: purges, flushes and
-        // joins the old producer's threads.
+        // joins the old producer's threads (unless a stuck call still
+        // holds a handle: then where it ends).
         drop(old);
         self.init_producer().map_err(|e| self.set_fatal(e))?;
         Ok(reason)
@@ -364,7 +381,12 @@ impl Transactions {
         let reason = match abort_reason {
             Some(reason) => reason,
             None => match self.commit(consumer, offsets) {
-                Ok(()) => {
+                Ok(false) => {
+                    tracing::warn!(timeout = ?TRANSACTION_CALL_TIMEOUT.min(self.timeout), "send_offsets_to_transaction did not return in time (librdkafka waits for a group coordinator that left: confluentinc/librdkafka#5456, #5511): starting a new producer with the same transactional.id, whose init_transactions ends the stuck transaction");
+                    let reason = self.restart_producer(SEND_OFFSETS_TIMED_OUT.to_owned())?;
+                    return Ok(self.aborted(&members, started, reason));
+                }
+                Ok(true) => {
                     self.instruments.transaction(started.elapsed(), None);
                     let now_ns = now_ns();
                     for s in states.iter().chain(&members) {
@@ -440,24 +462,65 @@ impl Transactions {
     }
 
     /// Adds `offsets` (if any) and commits, retrying a retriable error.
+    /// `Ok(false)` when `send_offsets_to_transaction` did not return in
+    /// time (see [`Self::send_offsets`]): nothing was committed.
     fn commit<C, X>(
         &self,
         consumer: &C,
         offsets: &rdkafka::TopicPartitionList,
-    ) -> Result<(), KafkaError>
+    ) -> Result<bool, KafkaError>
     where
         C: rdkafka::consumer::Consumer<X>,
         X: rdkafka::consumer::ConsumerContext,
     {
         if offsets.count() > 0 {
-            let metadata = consumer.group_metadata().ok_or(KafkaError::Canceled)?;
-            let producer = self.producer();
-            retried(|| {
-                producer.send_offsets_to_transaction(offsets, &metadata, TRANSACTION_CALL_TIMEOUT)
-            })?;
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let metadata = consumer.group_metadata().ok_or(KafkaError::Canceled)?;
+                match self.send_offsets(offsets, metadata) {
+                    None => return Ok(false),
+                    Some(Err(KafkaError::Transaction(e))) if e.is_retriable() && tries < 3 => {
+                        tracing::debug!(error = %e, "retriable transaction error; trying again");
+                    }
+                    Some(r) => break r?,
+                }
+            }
         }
         let producer = self.producer();
-        retried(|| producer.commit_transaction(TRANSACTION_CALL_TIMEOUT))
+        retried(|| producer.commit_transaction(TRANSACTION_CALL_TIMEOUT)).map(|()| true)
+    }
+
+    /// `send_offsets_to_transaction`, waited for at most the call's
+    /// timeout (`transaction.timeout.ms`, at most 30 s) and a second:
+    /// `None` when it did not return by then. librdkafka 2.12.1 does not
+    /// bound the call (confluentinc/librdkafka#5456), and when the group
+    /// coordinator it remembers left the cluster it waits until another
+    /// broker changes state (#5511): the transactional member of a rolling
+    /// restart stopped committing for good (issue 46). The call runs on a
+    /// thread of its own holding a handle to the producer; left behind, it
+    /// ends whenever librdkafka returns (the producer is replaced meanwhile,
+    /// and its last handle dropped there).
+    fn send_offsets(
+        &self,
+        offsets: &rdkafka::TopicPartitionList,
+        metadata: rdkafka::consumer::ConsumerGroupMetadata,
+    ) -> Option<Result<(), KafkaError>> {
+        let call_timeout = TRANSACTION_CALL_TIMEOUT.min(self.timeout);
+        let producer = self.producer();
+        let offsets = offsets.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("fresh-send-offsets".into())
+            .spawn(move || {
+                let r = producer.send_offsets_to_transaction(&offsets, &metadata, call_timeout);
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "no thread for send_offsets_to_transaction");
+            return Some(Err(KafkaError::Canceled));
+        }
+        rx.recv_timeout(call_timeout + SEND_OFFSETS_GRACE).ok()
     }
 
     /// After a transaction ended: forgets its members and begins the next.

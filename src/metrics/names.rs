@@ -280,6 +280,10 @@ pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 /// a new producer with the same id), `transaction_failed` (librdkafka
 /// refused a handler call's output because a write into the transaction
 /// had failed: [`OutputError::TransactionFailed`](crate::output::OutputError::TransactionFailed)),
+/// `send_offsets_timed_out` (`send_offsets_to_transaction` did not return
+/// within its timeout and a second: librdkafka waits for a group
+/// coordinator that went away; the library starts a new producer with the
+/// same id),
 /// `predecessor_open` (counted once at start-up, without a duration: the
 /// consumer's `init_transactions` waited while the transaction
 /// coordinator ended the transaction an earlier producer with the same id
