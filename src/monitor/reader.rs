@@ -81,6 +81,11 @@ pub(crate) struct Reader {
     /// they do not support it (librdkafka's mock broker) or the client may
     /// not use it; the member count is then not asked for again.
     describe_groups: bool,
+    /// The most brokers a cycle's metadata listed, and how many the
+    /// latest cycle's listed (the fewest over its topics): while a broker
+    /// is missing, the DescribeConsumerGroups admin call is not made (see
+    /// [`Reader::describe_members`]).
+    brokers_seen: std::cell::Cell<(u32, u32)>,
     /// Reads the records at committed offsets.
     probe: BaseConsumer,
     /// What was read at (topic, partition, offset).
@@ -282,6 +287,7 @@ impl Reader {
             groups,
             discovered: BTreeMap::new(),
             describe_groups: true,
+            brokers_seen: std::cell::Cell::new((0, u32::MAX)),
             probe,
             timestamps: HashMap::new(),
         })
@@ -387,6 +393,20 @@ impl Reader {
         if !self.describe_groups || kip848.is_empty() {
             return;
         }
+        // A broker missing from the metadata (stopped, killed, restarting):
+        // the admin call's connection to a coordinator may drop under it,
+        // which aborts the process in librdkafka 2.12.1 (`classic.rs`).
+        // The KIP-848 groups go without members and owners until the
+        // cluster is whole again.
+        let (most, now) = self.brokers_seen.get();
+        if now < most {
+            tracing::debug!(
+                brokers = now,
+                of = most,
+                "a broker is missing: KIP-848 groups are not described this cycle"
+            );
+            return;
+        }
         let wanted: Vec<&str> = kip848.iter().map(String::as_str).collect();
         let refused = |code: RDKafkaErrorCode| {
             matches!(
@@ -465,6 +485,8 @@ impl Reader {
             });
         }
         let brokers = md.brokers().len() as u32;
+        let (most, now) = self.brokers_seen.get();
+        self.brokers_seen.set((most.max(brokers), now.min(brokers)));
         let mut ids: Vec<(i32, Replication)> = t
             .partitions()
             .iter()
@@ -485,6 +507,8 @@ impl Reader {
     pub(crate) fn read(&mut self) -> Result<CycleReads, MonitorError> {
         let timeout = self.settings.request_timeout;
         let started = (Instant::now(), std::time::SystemTime::now());
+        let (most, _) = self.brokers_seen.get();
+        self.brokers_seen.set((most, u32::MAX));
         // (topic, partition, log start, high watermark, last stable offset,
         // replication)
         let mut marks: Vec<(String, i32, i64, i64, i64, Replication)> = Vec::new();
