@@ -79,6 +79,11 @@ pub struct Record {
     has_payload: bool,
     partition: i32,
     offset: i64,
+    /// The partition leader epoch the record was written in
+    /// (`rd_kafka_message_leader_epoch`), -1 when unknown. Committed with
+    /// the offset after it, so a consumer that starts from the commit can
+    /// tell a truncated log (KIP-320).
+    leader_epoch: i32,
     /// `None` when the record has no headers (no allocation).
     headers: Option<Arc<[Header]>>,
     timestamp: RecordTimestamp,
@@ -96,6 +101,7 @@ impl Record {
             has_payload: false,
             partition,
             offset,
+            leader_epoch: -1,
             headers: None,
             timestamp: RecordTimestamp::NotAvailable,
         }
@@ -169,6 +175,8 @@ impl Record {
                 m.offset,
             )
         };
+        // SAFETY: (caller) `m` is live.
+        let leader_epoch = unsafe { rdsys::rd_kafka_message_leader_epoch(m) };
         let mut ts_type = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         // SAFETY: (caller) `m` is live.
         let ts = unsafe { rdsys::rd_kafka_message_timestamp(m, &mut ts_type) };
@@ -204,9 +212,16 @@ impl Record {
             has_payload: payload.is_some(),
             partition,
             offset,
+            leader_epoch,
             headers,
             timestamp,
         }
+    }
+
+    /// The partition leader epoch the record was written in, when the
+    /// broker said (`None` for hand-built records).
+    pub(crate) fn leader_epoch(&self) -> Option<i32> {
+        (self.leader_epoch >= 0).then_some(self.leader_epoch)
     }
 
     /// The topic the record was read from.

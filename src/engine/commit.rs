@@ -8,12 +8,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SendError, Sender};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
+use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::assignment::Assignment;
 use crate::engine::counters::Counters;
+use crate::engine::leader_epoch;
 use crate::engine::partition::{CommitQueue, PartitionState};
 use crate::engine::transaction::{Ended, Transactions};
 use crate::failure::Exhausted;
@@ -109,17 +110,18 @@ impl Committer {
         let mut tpl = TopicPartitionList::new();
         let mut entries = Vec::new();
         for s in states {
-            if let Some(offset) = s.pending_commit() {
-                entries.push((s, offset));
+            if let Some(point) = s.pending_commit() {
+                entries.push((s, point));
             }
         }
-        for (s, offset) in &entries {
-            if let Err(e) = tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(*offset))
-            {
+        for (s, (offset, epoch)) in &entries {
+            if let Err(e) = leader_epoch::add(&mut tpl, &s.topic, s.partition, *offset, *epoch) {
                 self.queue.put_back(entries.into_iter().map(|(s, _)| s));
                 return Err(e);
             }
         }
+        let entries: Vec<(Arc<PartitionState>, i64)> =
+            entries.into_iter().map(|(s, (o, _))| (s, o)).collect();
         // The count that asked for this commit starts again either way: a count
         // left at or above `commit_batch_records` would never cross it again.
         self.completed_since_commit.store(0, Ordering::Relaxed);
@@ -197,8 +199,8 @@ impl Committer {
         let mut tpl = TopicPartitionList::new();
         let mut entries = Vec::new();
         for s in states {
-            if let Some(offset) = s.pending_commit() {
-                tpl.add_partition_offset(&s.topic, s.partition, Offset::Offset(offset))?;
+            if let Some((offset, epoch)) = s.pending_commit() {
+                leader_epoch::add(&mut tpl, &s.topic, s.partition, offset, epoch)?;
                 entries.push((s, offset));
             }
         }

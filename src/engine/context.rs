@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -125,11 +125,22 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     // paused for this rebalance inside the call: no worker's
                     // seek may interleave (see `Assignment::assigning`).
                     let _assigning = self.engine.assignment.assigning();
-                    if cooperative {
+                    let assigned = if cooperative {
                         consumer.incremental_assign(tpl)
                     } else {
                         consumer.assign(tpl)
+                    };
+                    // Queued behind the fetch start, before the first
+                    // fetch: a log truncated below the committed offset
+                    // stops the partition (`__AUTO_OFFSET_RESET`), and the
+                    // health thread finds where it diverges.
+                    if assigned.is_ok()
+                        && let Some(v) = plan.as_ref().and_then(|p| p.validations())
+                        && let Err(e) = consumer.seek_partitions(v, Duration::ZERO)
+                    {
+                        tracing::warn!(error = %e, "validating the committed offsets against the leaders failed");
                     }
+                    assigned
                 };
                 if let Err(e) = assigned {
                     tracing::warn!(error = %e, partitions = %describe(tpl), "assigning partitions failed");
@@ -394,6 +405,11 @@ impl<H: Handler> Ctx<H> {
             let (state, worker) =
                 worker::spawn(engine, &self.handler, e.topic(), e.partition(), queue);
             if let Some(entry) = plan.and_then(|p| p.entry(i, e.topic(), e.partition())) {
+                state
+                    .tracker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .set_start_epoch(entry.start_epoch());
                 state.health.planned(
                     plan.map_or_else(Instant::now, |p| p.at),
                     entry.assign_offset(),

@@ -25,6 +25,7 @@ mod commit;
 mod context;
 mod counters;
 mod health_view;
+mod leader_epoch;
 mod offset_reset;
 mod partition;
 mod poll;
@@ -240,7 +241,10 @@ where
         poll_clock: Arc::new(PollClock::new()),
         wall_clock: WallClock::new(),
         health: Arc::clone(&health),
-        resets: Arc::new(Resets::new(validated.health.statistics_interval)),
+        resets: Arc::new(Resets::new(
+            validated.health.statistics_interval,
+            offset_reset::truncation::probe_config(&validated.client_config),
+        )),
         runtime,
         shutdown,
         ctrl_tx,

@@ -34,6 +34,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtoc
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::assignment::Assignment;
+use crate::engine::leader_epoch;
 use crate::engine::partition::PartitionState;
 use crate::engine::watchdog::IDLE_POLL_TICK;
 use crate::health::RetentionOverrunPolicy;
@@ -133,6 +134,9 @@ pub(crate) struct PlanEntry {
     pub(crate) topic: String,
     pub(crate) partition: i32,
     pub(crate) committed: Option<i64>,
+    /// The leader epoch committed with `committed`, when the group's
+    /// commit carried one.
+    pub(crate) committed_epoch: Option<i32>,
     pub(crate) lo: Option<i64>,
     pub(crate) hi: Option<i64>,
     pub(crate) decision: Decision,
@@ -148,6 +152,16 @@ impl PlanEntry {
             (Some(o), _) => o,
             (None, Some(c)) => Offset::Offset(c),
             (None, None) => Offset::Invalid,
+        }
+    }
+
+    /// The leader epoch to assign with: the committed one when the
+    /// partition starts at the committed offset, so librdkafka validates
+    /// it against the leader's log (KIP-320) before fetching.
+    pub(crate) fn start_epoch(&self) -> Option<i32> {
+        match (self.decision.start, self.committed) {
+            (Some(Offset::Offset(s)), Some(c)) if s == c => self.committed_epoch,
+            _ => None,
         }
     }
 }
@@ -216,6 +230,7 @@ impl Plan {
                     topic: t.to_owned(),
                     partition: p,
                     committed: c,
+                    committed_epoch: committed.epoch(t, p),
                     lo,
                     hi,
                     decision: classify(c, lo, hi, policy, new),
@@ -236,6 +251,7 @@ impl Plan {
     pub(crate) fn apply(&self, tpl: &mut TopicPartitionList) {
         let mut elements = tpl.elements();
         let mut searched = Vec::new();
+        let mut epochs = Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
             let offset = e.assign_offset();
             let set = match elements.get_mut(i) {
@@ -249,14 +265,36 @@ impl Plan {
             };
             if let Err(err) = set {
                 tracing::warn!(topic = %e.topic, partition = e.partition, error = %err, "setting a partition's start offset failed");
+            } else if let Some(epoch) = e.start_epoch() {
+                epochs.push((i, epoch));
             }
         }
         drop(elements);
+        for (i, epoch) in epochs {
+            leader_epoch::set(tpl, i, epoch);
+        }
+        // Rare (the list changed since the plan): set without an epoch,
+        // so not validated.
         for (e, offset) in searched {
             if let Err(err) = tpl.set_partition_offset(&e.topic, e.partition, offset) {
                 tracing::warn!(topic = %e.topic, partition = e.partition, error = %err, "setting a partition's start offset failed");
             }
         }
+    }
+
+    /// The partitions that start at a committed offset with a leader
+    /// epoch, at that offset and epoch: sought to right after the assign,
+    /// since librdkafka validates a position against the leader's log
+    /// (KIP-320) on a seek with an epoch, not on assign. `None` when there
+    /// is none.
+    pub(crate) fn validations(&self) -> Option<TopicPartitionList> {
+        let mut tpl = TopicPartitionList::new();
+        for e in &self.entries {
+            if let (Some(epoch), Some(c)) = (e.start_epoch(), e.committed) {
+                leader_epoch::add(&mut tpl, &e.topic, e.partition, c, Some(epoch)).ok()?;
+            }
+        }
+        (tpl.count() > 0).then_some(tpl)
     }
 
     /// The entry of the `i`th partition of the list the plan was made
@@ -272,14 +310,17 @@ impl Plan {
     }
 }
 
-/// The non-negative offsets of a list librdkafka answered, by topic and
-/// partition.
-struct Offsets(HashMap<String, HashMap<i32, i64>>);
+/// The non-negative offsets of a list librdkafka answered, with their
+/// leader epochs (when set), by topic and partition.
+struct Offsets(HashMap<String, HashMap<i32, (i64, Option<i32>)>>);
 
 impl Offsets {
     fn of(list: Option<&TopicPartitionList>) -> Self {
-        let mut map: HashMap<String, HashMap<i32, i64>> = HashMap::new();
-        for e in list.map(|l| l.elements()).unwrap_or_default() {
+        let mut map: HashMap<String, HashMap<i32, (i64, Option<i32>)>> = HashMap::new();
+        let Some(list) = list else {
+            return Offsets(map);
+        };
+        for (i, e) in list.elements().iter().enumerate() {
             if let Offset::Offset(o) = e.offset()
                 && o >= 0
             {
@@ -287,14 +328,18 @@ impl Offsets {
                     Some(t) => t,
                     None => map.entry(e.topic().to_owned()).or_default(),
                 };
-                topic.insert(e.partition(), o);
+                topic.insert(e.partition(), (o, leader_epoch::get(list, i)));
             }
         }
         Offsets(map)
     }
 
     fn get(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.0.get(topic)?.get(&partition).copied()
+        Some(self.0.get(topic)?.get(&partition)?.0)
+    }
+
+    fn epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.0.get(topic)?.get(&partition)?.1
     }
 }
 
@@ -308,14 +353,18 @@ pub(crate) struct Resets {
     error_at: Mutex<Option<Instant>>,
     /// `None` when statistics are off.
     statistics_interval: Option<Duration>,
+    /// The configuration of the consumer that finds where a truncated log
+    /// diverges ([`truncation::divergence`]).
+    probe: rdkafka::ClientConfig,
 }
 
 impl Resets {
-    pub(crate) fn new(statistics_interval: Option<Duration>) -> Self {
+    pub(crate) fn new(statistics_interval: Option<Duration>, probe: rdkafka::ClientConfig) -> Self {
         Resets {
             tx: Mutex::new(None),
             error_at: Mutex::new(None),
             statistics_interval,
+            probe,
         }
     }
 
@@ -420,7 +469,9 @@ pub(crate) fn resolve<C, X>(
         Request::Stopped(v) => (v, true),
         Request::CheckAll => (assignment.assigned(), false),
     };
-    let mut restarts: Vec<(Arc<PartitionState>, i64)> = Vec::new();
+    // Each partition's decision; truncation checks wait for one probe.
+    let mut decided: Vec<Decided> = Vec::new();
+    let mut checks: Vec<(usize, truncation::Check)> = Vec::new();
     for state in candidates {
         if state.revoked.load(Ordering::Acquire)
             || state.health.is_failed()
@@ -428,11 +479,10 @@ pub(crate) fn resolve<C, X>(
         {
             continue;
         }
-        let fetched = state
-            .tracker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .position();
+        let (fetched, epoch) = {
+            let t = state.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            (t.position(), t.position_epoch())
+        };
         let position = fetched.or_else(|| match state.health.start() {
             Offset::Offset(o) => Some(o),
             Offset::Beginning | Offset::End => None,
@@ -453,6 +503,57 @@ pub(crate) fn resolve<C, X>(
             cfg.retention_policy,
             cfg.new_partitions,
         );
+        // Stopped inside the log's offsets, with the leader epoch of the
+        // record before the position known: librdkafka's validation may
+        // have found the log truncated below it (new records reuse the
+        // lost ones' offsets). Checked below, all at once.
+        if stopped
+            && d.anomaly.is_none()
+            && let (Some(p), Some(e)) = (position, epoch)
+            && p > lo
+        {
+            checks.push((
+                decided.len(),
+                truncation::Check {
+                    topic: state.topic.to_string(),
+                    partition: state.partition,
+                    position: p,
+                    epoch: e,
+                },
+            ));
+        }
+        decided.push(Decided {
+            state,
+            position,
+            running: fetched.is_some(),
+            lo,
+            hi,
+            d,
+        });
+    }
+    if !checks.is_empty() {
+        let found = truncation::divergence(
+            &resets.probe,
+            &checks.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>(),
+            READ_TIMEOUT,
+        );
+        for ((i, c), to) in checks.iter().zip(found) {
+            if let Some(to) = to {
+                let hi = decided[*i].hi;
+                decided[*i].d = truncated(c.position, to, hi, cfg.retention_policy);
+            }
+        }
+    }
+    let mut restarts: Vec<(Arc<PartitionState>, i64)> = Vec::new();
+    for Decided {
+        state,
+        position,
+        running,
+        lo,
+        hi,
+        d,
+    } in decided
+    {
         if !needs_restart(stopped, &d, position) {
             continue;
         }
@@ -481,7 +582,7 @@ pub(crate) fn resolve<C, X>(
                     }),
                     at: now,
                 },
-                fetched.is_some(),
+                running,
             );
         }
         match d.start {
@@ -531,6 +632,41 @@ pub(crate) fn resolve<C, X>(
         Err(e) => {
             tracing::warn!(error = %e, "restarting stopped partitions failed; retrying at the next statistics report");
         }
+    }
+}
+
+/// A stopped partition's decision, before it is acted on.
+struct Decided {
+    state: Arc<PartitionState>,
+    /// Where it was to continue.
+    position: Option<i64>,
+    /// `position` is the consumer's own (a record was taken), not the
+    /// group's committed offset.
+    running: bool,
+    lo: i64,
+    hi: i64,
+    d: Decision,
+}
+
+/// The decision for a partition whose log was truncated below `position`:
+/// the leader's log continues past the group's records at `to`. By the
+/// retention-overrun policy: resume at `to` (earliest: every record now in
+/// the log past what the group read is handled), at the high watermark
+/// (latest), or stop (fail).
+fn truncated(position: i64, to: i64, hi: i64, policy: RetentionOverrunPolicy) -> Decision {
+    let resume = match policy {
+        RetentionOverrunPolicy::Earliest => Some(to),
+        RetentionOverrunPolicy::Latest => Some(hi.max(to)),
+        RetentionOverrunPolicy::Fail => None,
+    };
+    Decision {
+        start: resume.map(Offset::Offset),
+        estimate: Some(resume.unwrap_or(position)),
+        anomaly: Some(AnomalyKind::LogTruncation {
+            offset: position,
+            truncated_to: to,
+            high_watermark: hi,
+        }),
     }
 }
 
@@ -687,6 +823,32 @@ pub(crate) fn report(hub: &HealthHub, state: &PartitionState, a: OffsetAnomaly, 
                 "{source} {offset} of {topic}:{partition} is above the high watermark {high_watermark} (was the topic deleted and recreated?); {then}"
             );
         }
+        AnomalyKind::LogTruncation {
+            offset,
+            truncated_to,
+            high_watermark,
+        } => {
+            let gone = offset - truncated_to;
+            let then = match a.resumed_at {
+                Some(r) if r == truncated_to => format!(
+                    "resuming at {r}: the records now at offsets {truncated_to}..{offset} are new and are handled"
+                ),
+                Some(r) => format!(
+                    "resuming at the high watermark {r} by policy: the records at {truncated_to}..{r} are skipped"
+                ),
+                None => "the partition is stopped (retention_overrun_policy = fail)".to_owned(),
+            };
+            tracing::error!(
+                topic,
+                partition,
+                committed_offset = offset,
+                truncated_to,
+                high_watermark,
+                gone,
+                policy,
+                "log of {topic}:{partition} truncated below the {source} {offset} (an unclean leader election?): the leader's log diverges from the records this group read at offset {truncated_to}, and the {gone} records it read at {truncated_to}..{offset} are no longer in the log; {then}"
+            );
+        }
         AnomalyKind::NoCommittedOffset => {
             tracing::error!(
                 topic,
@@ -700,6 +862,8 @@ pub(crate) fn report(hub: &HealthHub, state: &PartitionState, a: OffsetAnomaly, 
         state.health.fail();
     }
 }
+
+pub(crate) mod truncation;
 
 #[cfg(test)]
 mod tests;

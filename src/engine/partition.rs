@@ -186,17 +186,15 @@ impl PartitionState {
         }
     }
 
-    /// The offset to commit if it is ahead of the last commit.
-    pub(crate) fn pending_commit(&self) -> Option<i64> {
+    /// The offset to commit if it is ahead of the last commit, with the
+    /// leader epoch of the record before it (when known).
+    pub(crate) fn pending_commit(&self) -> Option<(i64, Option<i32>)> {
         if self.revoked.load(Ordering::Acquire) || self.rewind.load(Ordering::Acquire) {
             return None;
         }
-        let c = self
-            .tracker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .committable()?;
-        (c > self.committed.load(Ordering::Acquire)).then_some(c)
+        let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        let c = tracker.committable()?;
+        (c > self.committed.load(Ordering::Acquire)).then_some((c, tracker.committable_epoch()))
     }
 }
 
@@ -215,7 +213,8 @@ impl Delivery<'_> {
     /// has it already.
     pub(crate) fn is_new(&mut self, record: &Record) -> bool {
         let event_ms = crate::record::event_time_ms(self.event_time_header, record);
-        self.tracker.delivered_at(record.offset(), event_ms)
+        self.tracker
+            .delivered_at(record.offset(), event_ms, record.leader_epoch())
     }
 
     /// The next offset to take (see [`OffsetTracker::position`]), read

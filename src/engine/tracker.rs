@@ -22,6 +22,8 @@ struct Pending {
     /// Event time in milliseconds since the Unix epoch (see
     /// [`OffsetTracker::delivered_at`]).
     event_ms: i64,
+    /// The record's partition leader epoch, -1 when unknown.
+    epoch: i32,
 }
 
 /// Tracks delivered and completed offsets of one partition.
@@ -37,9 +39,17 @@ pub(crate) struct OffsetTracker {
     pending: VecDeque<Pending>,
     /// Next offset to read after the completed prefix.
     committable: Option<i64>,
+    /// The leader epoch of the last record of the completed prefix (`None`:
+    /// unknown), committed with `committable` (KIP-320: a consumer starting
+    /// from the commit asks the leader where that epoch ends, and so sees a
+    /// log truncated below the commit).
+    committable_epoch: Option<i32>,
     /// The first offset delivered since tracking (re)started: where an
     /// aborted transaction rewinds to before this member committed.
     first_delivered: Option<i64>,
+    /// The leader epoch committed with the offset the partition was
+    /// assigned at, if any: the position's epoch before a record arrives.
+    start_epoch: Option<i32>,
 }
 
 impl OffsetTracker {
@@ -47,14 +57,15 @@ impl OffsetTracker {
     /// head-of-line age is unknown and counts as 0).
     #[cfg(test)]
     pub(crate) fn delivered(&mut self, offset: i64) -> bool {
-        self.delivered_at(offset, i64::MAX)
+        self.delivered_at(offset, i64::MAX, None)
     }
 
     /// Registers a record delivered to a handler, with its event time in
-    /// milliseconds since the Unix epoch. Offsets at or below the last
-    /// delivered one are ignored (a redelivery after a seek is tracked once).
-    /// Returns `false` for such an ignored offset.
-    pub(crate) fn delivered_at(&mut self, offset: i64, event_ms: i64) -> bool {
+    /// milliseconds since the Unix epoch, and its partition leader epoch
+    /// when known. Offsets at or below the last delivered one are ignored (a
+    /// redelivery after a seek is tracked once). Returns `false` for such an
+    /// ignored offset.
+    pub(crate) fn delivered_at(&mut self, offset: i64, event_ms: i64, epoch: Option<i32>) -> bool {
         if self.last_delivered().is_some_and(|last| offset <= last) {
             return false;
         }
@@ -63,6 +74,7 @@ impl OffsetTracker {
             offset,
             done: false,
             event_ms,
+            epoch: epoch.unwrap_or(-1),
         });
         true
     }
@@ -83,11 +95,13 @@ impl OffsetTracker {
         while let Some(&Pending {
             offset: o,
             done: true,
+            epoch,
             ..
         }) = self.pending.front()
         {
             self.pending.pop_front();
             self.committable = Some(o + 1);
+            self.committable_epoch = (epoch >= 0).then_some(epoch);
             advanced = true;
         }
         advanced
@@ -97,6 +111,29 @@ impl OffsetTracker {
     /// the offset to commit. `None` until the first delivered record completes.
     pub(crate) fn committable(&self) -> Option<i64> {
         self.committable
+    }
+
+    /// The leader epoch to commit with [`committable`](Self::committable):
+    /// the epoch of the last completed record before it, when known.
+    pub(crate) fn committable_epoch(&self) -> Option<i32> {
+        self.committable_epoch
+    }
+
+    /// The leader epoch of the last delivered record (the one before
+    /// [`position`](Self::position)), when known.
+    pub(crate) fn position_epoch(&self) -> Option<i32> {
+        match self.pending.back() {
+            Some(p) => (p.epoch >= 0).then_some(p.epoch),
+            None if self.committable.is_some() => self.committable_epoch,
+            None => self.start_epoch,
+        }
+    }
+
+    /// The leader epoch that came with the offset the partition starts at
+    /// (the group's commit), for [`position_epoch`](Self::position_epoch)
+    /// until a record arrives.
+    pub(crate) fn set_start_epoch(&mut self, epoch: Option<i32>) {
+        self.start_epoch = epoch;
     }
 
     /// The lowest delivered offset that has not completed yet (the head of
@@ -156,7 +193,9 @@ impl OffsetTracker {
         );
         self.pending.clear();
         self.committable = None;
+        self.committable_epoch = None;
         self.first_delivered = None;
+        self.start_epoch = None;
         true
     }
 
@@ -175,6 +214,7 @@ impl OffsetTracker {
     pub(crate) fn rewind_to(&mut self, offset: i64) {
         self.pending.clear();
         self.committable = Some(offset);
+        self.committable_epoch = None;
         self.first_delivered.get_or_insert(offset);
     }
 
@@ -362,10 +402,10 @@ mod tests {
         let mut t = OffsetTracker::default();
         assert_eq!(t.head_entry(), None);
         assert_eq!(t.position(), None);
-        assert!(t.delivered_at(10, 1_000));
-        assert!(t.delivered_at(11, 2_000));
-        assert!(t.delivered_at(12, 3_000));
-        assert!(!t.delivered_at(11, 9_000), "redelivery ignored");
+        assert!(t.delivered_at(10, 1_000, None));
+        assert!(t.delivered_at(11, 2_000, None));
+        assert!(t.delivered_at(12, 3_000, None));
+        assert!(!t.delivered_at(11, 9_000, None), "redelivery ignored");
         assert_eq!(t.head_entry(), Some((10, 1_000)));
         assert_eq!(t.position(), Some(13));
         // A later record completing first does not move the head.
@@ -377,11 +417,54 @@ mod tests {
         assert_eq!(t.head_entry(), None);
         assert_eq!(t.last_delivered(), Some(12));
         assert_eq!(t.position(), Some(13));
-        assert!(!t.delivered_at(12, 0));
+        assert!(!t.delivered_at(12, 0, None));
         assert!(
-            t.delivered_at(20, 4_000),
+            t.delivered_at(20, 4_000, None),
             "a gap (compaction, retention) is fine"
         );
         assert_eq!(t.head_entry(), Some((20, 4_000)));
+    }
+
+    #[test]
+    fn the_commit_carries_the_leader_epoch_of_the_record_before_it() {
+        let mut t = OffsetTracker::default();
+        assert_eq!(t.position_epoch(), None);
+        t.set_start_epoch(Some(3));
+        assert_eq!(
+            t.position_epoch(),
+            Some(3),
+            "the committed epoch at the start"
+        );
+        t.delivered_at(10, 0, Some(3));
+        t.delivered_at(11, 0, Some(4));
+        t.delivered_at(12, 0, None);
+        assert_eq!(t.position_epoch(), None, "the last record's, unknown");
+        // Out of order: 11 done first moves nothing.
+        t.completed(11);
+        assert_eq!(t.committable_epoch(), None);
+        t.completed(10);
+        assert_eq!(t.committable(), Some(12));
+        assert_eq!(t.committable_epoch(), Some(4), "record 11's epoch");
+        t.completed(12);
+        assert_eq!(t.committable(), Some(13));
+        assert_eq!(t.committable_epoch(), None, "record 12 had none");
+        t.delivered_at(13, 0, Some(5));
+        t.completed(13);
+        assert_eq!(t.position_epoch(), Some(5));
+        // Markers passed keep the last record's epoch.
+        assert!(t.pass_to(16));
+        assert_eq!(
+            (t.committable(), t.committable_epoch()),
+            (Some(16), Some(5))
+        );
+        // An aborted transaction's rewind: unknown until a record completes.
+        t.rewind_to(14);
+        assert_eq!(t.committable_epoch(), None);
+        // A restart below forgets the start epoch too.
+        t.delivered_at(14, 0, Some(5));
+        t.completed(14);
+        assert!(t.restart_at(2));
+        assert_eq!(t.position_epoch(), None);
+        assert_eq!(t.committable_epoch(), None);
     }
 }

@@ -509,6 +509,17 @@ impl Evaluated {
                         resumed_at: a.resumed_at,
                         ago,
                     },
+                    AnomalyKind::LogTruncation {
+                        offset,
+                        truncated_to,
+                        ..
+                    } => HealthReason::LogTruncated {
+                        offset,
+                        truncated_to,
+                        policy: a.policy,
+                        resumed_at: a.resumed_at,
+                        ago,
+                    },
                     AnomalyKind::NoCommittedOffset => HealthReason::NoCommittedOffset,
                 });
             }

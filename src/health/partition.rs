@@ -198,6 +198,18 @@ pub(crate) enum AnomalyKind {
         log_start: i64,
         high_watermark: i64,
     },
+    /// The partition's log was truncated below the offset to continue at
+    /// (an unclean leader election, or a replica that lost its log): the
+    /// leader's log diverges from the records this group read at
+    /// `truncated_to` (found with the leader epoch of the record before
+    /// `offset`, KIP-320). The records at `truncated_to..offset` this group
+    /// handled are gone from the log; the records now at those offsets are
+    /// new.
+    LogTruncation {
+        offset: i64,
+        truncated_to: i64,
+        high_watermark: i64,
+    },
     /// No committed offset and `auto.offset.reset=error`.
     NoCommittedOffset,
 }
@@ -208,6 +220,7 @@ impl AnomalyKind {
         match self {
             AnomalyKind::RetentionOverrun { .. } => "retention_overrun",
             AnomalyKind::AboveHighWatermark { .. } => "above_high_watermark",
+            AnomalyKind::LogTruncation { .. } => "log_truncation",
             AnomalyKind::NoCommittedOffset => "no_committed_offset",
         }
     }

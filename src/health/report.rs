@@ -229,6 +229,26 @@ pub enum HealthReason {
         /// How long ago it was detected.
         ago: Duration,
     },
+    /// The partition's log was truncated below the offset the partition
+    /// was to continue at (an unclean leader election): the leader's log
+    /// no longer holds the records from `truncated_to` to `offset` that
+    /// this group read, and holds new records at those offsets. Found from
+    /// the leader epoch committed with the offset (KIP-320). Unhealthy with
+    /// [`RetentionOverrunPolicy::Fail`], degraded otherwise.
+    LogTruncated {
+        /// The committed offset (or position).
+        offset: i64,
+        /// The first offset of the leader's log past the records it still
+        /// shares with what this group read.
+        truncated_to: i64,
+        /// What was done (earliest resumes at `truncated_to`, latest at
+        /// the high watermark).
+        policy: RetentionOverrunPolicy,
+        /// Where consumption resumed; `None` when stopped.
+        resumed_at: Option<i64>,
+        /// How long ago it was detected.
+        ago: Duration,
+    },
     /// The group has no committed offset for the partition and
     /// `auto.offset.reset` is `error`: the partition is not consumed.
     /// Unhealthy.
@@ -297,7 +317,9 @@ impl HealthReason {
             | NoSuccess { .. }
             | NoCommittedOffset
             | Stopped => HealthStatus::Unhealthy,
-            RetentionOverrun { policy, .. } | CommittedAboveHighWatermark { policy, .. } => {
+            RetentionOverrun { policy, .. }
+            | CommittedAboveHighWatermark { policy, .. }
+            | LogTruncated { policy, .. } => {
                 if *policy == RetentionOverrunPolicy::Fail {
                     HealthStatus::Unhealthy
                 } else {
@@ -413,6 +435,24 @@ impl fmt::Display for HealthReason {
                     f,
                     "committed offset {offset} above high watermark {high_watermark} {} ago; ",
                     Secs(*ago)
+                )?;
+                match resumed_at {
+                    Some(r) => write!(f, "resumed at {r} (policy {})", policy.as_str()),
+                    None => write!(f, "partition stopped (policy {})", policy.as_str()),
+                }
+            }
+            LogTruncated {
+                offset,
+                truncated_to,
+                policy,
+                resumed_at,
+                ago,
+            } => {
+                write!(
+                    f,
+                    "log truncated below offset {offset} {} ago: the leader's log diverges at {truncated_to}, {} records read before are gone; ",
+                    Secs(*ago),
+                    offset - truncated_to
                 )?;
                 match resumed_at {
                     Some(r) => write!(f, "resumed at {r} (policy {})", policy.as_str()),

@@ -19,7 +19,10 @@ pub const DEFAULT_REPORT_EVENTS_FOR: Duration = Duration::from_secs(600);
 /// What the library does when a partition's offset is out of range when it
 /// is assigned or while it is consumed: below the log start offset (a
 /// **retention overrun**: records were deleted before the group processed
-/// them) or above the high watermark (the topic was recreated).
+/// them), above the high watermark (the topic was recreated), or past the
+/// point where a **truncated log** diverges from the records the group read
+/// (an unclean leader election; found with the leader epoch committed with
+/// the offset). For a truncation, `Earliest` resumes at the divergence.
 ///
 /// Either way the anomaly is counted (`fresh_consumer.offset.resets`; the
 /// records lost in `fresh_consumer.retention.overrun.messages`), logged at

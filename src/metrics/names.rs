@@ -467,8 +467,11 @@ pub const PARTITION_RETENTION_ETA: &str = "fresh_consumer.partition.retention.et
 
 /// Partitions whose offset was missing or out of range when assigned or
 /// while consumed: [`OFFSET_RESET_REASON`] = `retention_overrun` (below the
-/// log start offset), `above_high_watermark` (the topic was recreated) or
-/// `no_committed_offset` (with `auto.offset.reset=error`). A partition
+/// log start offset), `above_high_watermark` (the topic was recreated, or
+/// its log truncated below the position), `log_truncation` (the leader's
+/// log diverges below the offset from the records the group read, found
+/// with the leader epoch committed with the offset: an unclean leader
+/// election) or `no_committed_offset` (with `auto.offset.reset=error`). A partition
 /// starting without a committed offset under `earliest` or `latest` is not
 /// counted.
 ///
@@ -517,7 +520,7 @@ pub const LAG_POSITION: &str = "fresh_consumer.lag.position";
 /// `time_lag_unknown` (the monitor, [`MONITOR_PARTITION_STATUS`](super::MONITOR_PARTITION_STATUS)).
 pub const STATUS: &str = "fresh_consumer.status";
 /// Attribute `fresh_consumer.offset.reset.reason`: `retention_overrun`,
-/// `above_high_watermark` or `no_committed_offset`.
+/// `above_high_watermark`, `log_truncation` or `no_committed_offset`.
 pub const OFFSET_RESET_REASON: &str = "fresh_consumer.offset.reset.reason";
 /// Attribute `fresh_consumer.rebalance.type`: `assigned`, `revoked` or
 /// `lost`.

@@ -110,3 +110,54 @@ fn auto_offset_reset_values() {
         assert_eq!(NewPartitionStart::parse(v), want, "{v}");
     }
 }
+
+#[test]
+fn a_truncated_log_resumes_where_it_diverges_by_policy() {
+    let kind = AnomalyKind::LogTruncation {
+        offset: 150,
+        truncated_to: 100,
+        high_watermark: 200,
+    };
+    let d = truncated(150, 100, 200, Earliest);
+    assert_eq!(d.anomaly, Some(kind));
+    assert_eq!(
+        d.start,
+        Some(Offset::Offset(100)),
+        "every new record handled"
+    );
+    assert_eq!(d.estimate, Some(100));
+    let d = truncated(150, 100, 200, Latest);
+    assert_eq!(d.start, Some(Offset::Offset(200)));
+    let d = truncated(150, 100, 200, Fail);
+    assert_eq!(d.start, None, "fail stops the partition");
+    assert_eq!(d.anomaly, Some(kind));
+    assert_eq!(kind.reason(), "log_truncation");
+}
+
+#[test]
+fn a_plan_entry_assigns_the_committed_epoch_only_at_the_committed_offset() {
+    let entry = |committed: Option<i64>, start: Option<Offset>| PlanEntry {
+        topic: "t".into(),
+        partition: 0,
+        committed,
+        committed_epoch: Some(7),
+        lo: Some(0),
+        hi: Some(10),
+        decision: Decision {
+            start,
+            estimate: None,
+            anomaly: None,
+        },
+    };
+    assert_eq!(
+        entry(Some(5), Some(Offset::Offset(5))).start_epoch(),
+        Some(7)
+    );
+    assert_eq!(
+        entry(Some(5), Some(Offset::Offset(0))).start_epoch(),
+        None,
+        "restarted elsewhere (an overrun): no epoch to validate"
+    );
+    assert_eq!(entry(None, Some(Offset::Beginning)).start_epoch(), None);
+    assert_eq!(entry(Some(5), None).start_epoch(), None);
+}

@@ -171,7 +171,7 @@ impl<H: Handler> Worker<H> {
             return None;
         }
         k.batch_start.get_or_insert_with(Instant::now);
-        k.window.delivered_at(record.offset(), 0);
+        k.window.delivered_at(record.offset(), 0, None);
         let lane = k.lanes.lane_of(&record);
         k.lanes.admit(lane, record).map(|r| (lane, r))
     }
