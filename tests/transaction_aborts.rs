@@ -545,3 +545,129 @@ async fn a_send_offsets_stuck_on_a_lost_group_coordinator_is_given_up() {
         aborts(&metrics, &group, "send_offsets_timed_out")
     );
 }
+
+/// Found by CI's `cluster_txn_coordinator_killed` on three nodes (192
+/// records lost, 64 per partition: one read batch each). The transaction
+/// coordinator answers 10 s late (added round-trip time on its broker)
+/// while a transaction's offsets are being sent, so the transaction gate
+/// stays closed and the workers wait at it with records in hand; the
+/// group coordinator then answers a heartbeat with UNKNOWN_MEMBER_ID: the
+/// partitions are lost (their workers still running) and assigned to the
+/// member again at once. Then the in-flight commit fails (TxnOffsetCommit
+/// answered UNKNOWN_MEMBER_ID, as for a removed member) and the
+/// transaction is aborted, which rewinds its members: the old workers.
+/// Before the fix an old worker read its partition's librdkafka queue
+/// again after the rewind; that queue is the partition's and held the new
+/// assignment's records, which it took, counted unassigned and never
+/// handled, and librdkafka's position moved past them for the new worker.
+/// Every input must be handled, none taken by a stopped worker. Needs the
+/// mock broker's fault injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_rewound_after_its_partitions_were_lost_takes_nothing_from_the_next_assignment() {
+    support::logs::init();
+    let cluster = TestCluster::start_with(3);
+    let Some(mock) =
+        cluster.mock_or_skip("the mock broker's fault injection (round-trip time, errors)")
+    else {
+        return;
+    };
+    const PARTS: i32 = 3;
+    const PER: usize = 300;
+    let topic = cluster.topic("tx-lost", PARTS).await;
+    let out_topic = cluster.topic("tx-lost-out", 1).await;
+    let group = support::kafka::unique("g-tx-lost");
+    let id = format!("{group}-tx");
+    mock.coordinator(MockCoordinator::Group(group.clone()), 3)
+        .expect("group coordinator");
+    mock.coordinator(MockCoordinator::Transaction(id.clone()), 2)
+        .expect("transaction coordinator");
+    for p in 0..PARTS {
+        mock.partition_leader(&topic, p, Some(1)).expect("leader");
+    }
+    mock.partition_leader(&out_topic, 0, Some(1))
+        .expect("leader");
+    let seen: Arc<Mutex<HashSet<(i32, i64)>>> = Arc::default();
+    let (to, s) = (out_topic.clone(), Arc::clone(&seen));
+    let handler = move |r: Record| {
+        let (to, s) = (to.clone(), Arc::clone(&s));
+        async move {
+            fresh_consumer::outputs()?
+                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                .await?;
+            s.lock().unwrap().insert((r.partition(), r.offset()));
+            Ok::<(), BoxError>(())
+        }
+    };
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .commit_interval(Duration::from_millis(100))
+            .outputs(OutputConfig::new().transactional_id(&id)),
+    );
+    cluster.produce_many(&topic, PARTS, 20).await;
+    support::wait::wait_until(WAIT, "the first records handled", || async {
+        seen.lock().unwrap().len() >= 3 * 20
+    })
+    .await;
+    let mark = support::logs::mark();
+    mock.request_errors(
+        RDKafkaApiKey::TxnOffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID],
+    );
+    mock.broker_round_trip_time(2, Duration::from_secs(10))
+        .expect("rtt");
+    // A first wave: its outputs and the commit after it wait on the slow
+    // transaction coordinator, the gate closed; the second wave's calls
+    // wait at the gate.
+    cluster.produce_many(&topic, PARTS, PER / 2).await;
+    let slow = std::time::Instant::now();
+    support::wait::wait_until(
+        Duration::from_secs(10),
+        "2 s into the slow period",
+        || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            slow.elapsed() >= Duration::from_secs(2)
+        },
+    )
+    .await;
+    cluster.produce_many(&topic, PARTS, PER / 2).await;
+    mock.request_errors(
+        RDKafkaApiKey::Heartbeat,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID],
+    );
+    support::wait::wait_until(Duration::from_secs(60), "the partitions lost", || async {
+        support::logs::text_since(mark).contains("partitions lost")
+    })
+    .await;
+    support::wait::wait_until(
+        Duration::from_secs(60),
+        "the transaction aborted",
+        || async { support::logs::text_since(mark).contains("transaction aborted") },
+    )
+    .await;
+    mock.broker_round_trip_time(2, Duration::ZERO).expect("rtt");
+    let want = PARTS as usize * (20 + PER);
+    let all = support::wait::wait_for(
+        Duration::from_secs(60),
+        "every input handled",
+        || std::future::ready(seen.lock().unwrap().len()),
+        |n| *n >= want,
+    )
+    .await;
+    let summary = run.stop().await;
+    let text = support::logs::text_since(mark);
+    let mut order: Vec<(usize, &str)> = [
+        "partitions lost",
+        "partitions assigned",
+        "transaction aborted",
+    ]
+    .into_iter()
+    .filter_map(|w| text.find(w).map(|i| (i, w)))
+    .collect();
+    order.sort();
+    eprintln!("events: {order:?}; {all} of {want} handled; {summary:?}");
+    assert_eq!(
+        summary.records_unassigned, 0,
+        "records taken by a stopped worker"
+    );
+}

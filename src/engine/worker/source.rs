@@ -91,6 +91,9 @@ impl<H: Handler> Worker<H> {
                 if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
+                if self.state.stop.is_cancelled() {
+                    return None;
+                }
                 // A poll that returns at once (`messaging.client.operation.duration`).
                 let started = Instant::now();
                 match q.handle {
@@ -146,6 +149,19 @@ impl<H: Handler> Worker<H> {
                 if let Some(r) = q.take_ready(&self.state) {
                     return Some(r);
                 }
+                // A stopped worker (its partition revoked or lost, or the
+                // run ending) never reads librdkafka's partition queue
+                // again: the queue is the partition's, not the worker's,
+                // and once the partition is assigned again it holds the
+                // new assignment's records. Taken by the old worker they
+                // were counted unassigned and never handled, and
+                // librdkafka's position moved past them for the new
+                // worker (192 records lost on three nodes, when a member
+                // got its lost partitions back during a transactional
+                // commit that then aborted and rewound the old workers).
+                if self.state.stop.is_cancelled() {
+                    return None;
+                }
                 // A poll (`messaging.client.operation.duration`): from here
                 // to a record in hand, re-polled every `IDLE_POLL_TICK`
                 // while the queue stays empty (an empty poll, not
@@ -156,6 +172,9 @@ impl<H: Handler> Worker<H> {
                 // see `rewire_successor`, which now turns it back on).
                 let mut started = Instant::now();
                 loop {
+                    if self.state.stop.is_cancelled() {
+                        return None;
+                    }
                     let polled = tokio::select! {
                         biased;
                         m = tokio::time::timeout(IDLE_POLL_TICK, q.stream.next()) => m,
