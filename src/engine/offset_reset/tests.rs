@@ -1,3 +1,4 @@
+use super::plan::PlanEntry;
 use super::*;
 use RetentionOverrunPolicy::*;
 
