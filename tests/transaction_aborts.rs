@@ -242,6 +242,21 @@ async fn settle_on_mock(
     summary
 }
 
+/// A handler that writes one output per input into `to`, keyed
+/// `partition/offset`.
+fn one_output_each(to: &str) -> impl fresh_consumer::Handler + Clone {
+    let to = to.to_owned();
+    move |r: Record| {
+        let to = to.clone();
+        async move {
+            fresh_consumer::outputs()?
+                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                .await?;
+            Ok::<(), BoxError>(())
+        }
+    }
+}
+
 /// The transactions counter's value for aborts with `error_type`.
 fn aborts(metrics: &TestMetrics, group: &str, error_type: &str) -> f64 {
     let mut attrs = transaction_attrs(group, "aborted");
@@ -273,16 +288,7 @@ async fn invalid_txn_state_from_the_broker_is_recovered_not_fatal() {
         ],
     );
     let metrics = TestMetrics::new();
-    let to = out_topic.clone();
-    let handler = move |r: Record| {
-        let to = to.clone();
-        async move {
-            fresh_consumer::outputs()?
-                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
-                .await?;
-            Ok::<(), BoxError>(())
-        }
-    };
+    let handler = one_output_each(&out_topic);
     let run = start(
         cluster
             .consumer(&group, &topic, handler)
@@ -405,16 +411,7 @@ async fn the_transaction_a_killed_predecessor_left_open_is_counted() {
         .await
         .unwrap();
     }
-    let to = out_topic.clone();
-    let handler = move |r: Record| {
-        let to = to.clone();
-        async move {
-            fresh_consumer::outputs()?
-                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
-                .await?;
-            Ok::<(), BoxError>(())
-        }
-    };
+    let handler = one_output_each(&out_topic);
     for (run, want) in [(1, 1.0), (2, 0.0)] {
         let metrics = TestMetrics::new();
         let running = start(
@@ -485,16 +482,7 @@ async fn a_send_offsets_stuck_on_a_lost_group_coordinator_is_given_up() {
         mock.partition_leader(t, 0, Some(1)).expect("leader");
     }
     cluster.produce_many(&topic, 1, 20).await;
-    let to = out_topic.clone();
-    let handler = move |r: Record| {
-        let to = to.clone();
-        async move {
-            fresh_consumer::outputs()?
-                .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
-                .await?;
-            Ok::<(), BoxError>(())
-        }
-    };
+    let handler = one_output_each(&out_topic);
     let metrics = TestMetrics::new();
     let run = start(
         cluster
