@@ -659,3 +659,193 @@ async fn a_worker_rewound_after_its_partitions_were_lost_takes_nothing_from_the_
         "records taken by a stopped worker"
     );
 }
+
+/// Found by the ten-minute transactional soak on three nodes (issue 46):
+/// a handler failed after sending (the transaction must be aborted) while
+/// no broker was reachable for about ten seconds; `abort_transaction`
+/// returned librdkafka's retriable "timed out, retry", and the member
+/// ended with `RunError::Fatal` though nothing fenced it. Here the
+/// transaction coordinator is down for 20 s from the moment a handler
+/// fails after its output was written: the abort times out (at
+/// `transaction.timeout.ms`, 3 s here) and is called again, then the
+/// producer is replaced by a new one with the same transactional id, whose
+/// `init_transactions` waits for the coordinator and ends the old
+/// transaction. The run goes on: the transaction is counted aborted
+/// (`handler_failed`), its partition rewound, every input committed.
+/// Needs the mock broker's fault injection (coordinators placed, a broker
+/// taken down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_that_cannot_reach_the_transaction_coordinator_is_not_fatal() {
+    abort_with_the_transaction_coordinator_down(false).await;
+}
+
+/// The same failed handler and coordinator outage, but the member is told
+/// to stop (SIGTERM) while the coordinator is down: the final abort does not
+/// succeed, and the run ends within its shutdown budget without a new
+/// producer and without `RunError::Fatal` (the coordinator ends the open
+/// transaction at the next producer with the id). Before, the failed
+/// abort made the run end with `RunError::Fatal`. Needs the mock broker's
+/// fault injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stopped_while_its_transaction_coordinator_is_down_stops_cleanly() {
+    abort_with_the_transaction_coordinator_down(true).await;
+}
+
+/// A handler fails after its output was written and the transaction
+/// coordinator goes down at once (20 s); with `stop_while_down` the run is
+/// stopped then.
+async fn abort_with_the_transaction_coordinator_down(stop_while_down: bool) {
+    support::logs::init();
+    let cluster = TestCluster::start_with(3);
+    let Some(mock) =
+        cluster.mock_or_skip("the mock broker's fault injection (coordinators, a broker down)")
+    else {
+        return;
+    };
+    let topic = cluster.topic("tx-abort-down", 1).await;
+    let out_topic = cluster.topic("tx-abort-down-out", 1).await;
+    let group = support::kafka::unique("g-tx-abort-down");
+    let id = format!("{group}-tx");
+    mock.coordinator(MockCoordinator::Group(group.clone()), 3)
+        .expect("group coordinator");
+    mock.coordinator(MockCoordinator::Transaction(id.clone()), 2)
+        .expect("transaction coordinator");
+    for t in [&topic, &out_topic] {
+        mock.partition_leader(t, 0, Some(1)).expect("leader");
+    }
+    cluster.produce_many(&topic, 1, 20).await;
+    // The first call of offset 10 writes its output, says so, waits for
+    // the test to take the coordinator down, then fails.
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let (to, reached, release) = (
+            out_topic.clone(),
+            Arc::clone(&reached),
+            Arc::clone(&release),
+        );
+        move |r: Record| {
+            let (to, reached, release, failed_once) = (
+                to.clone(),
+                Arc::clone(&reached),
+                Arc::clone(&release),
+                Arc::clone(&failed_once),
+            );
+            async move {
+                fresh_consumer::outputs()?
+                    .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
+                    .await?;
+                if r.offset() == 10 && !failed_once.swap(true, Ordering::AcqRel) {
+                    reached.notify_one();
+                    let _permit = release.acquire().await?;
+                    return Err::<(), BoxError>("fails after its output was written".into());
+                }
+                Ok(())
+            }
+        }
+    };
+    let metrics = TestMetrics::new();
+    let mark = support::logs::mark();
+    let run = start(
+        cluster
+            .consumer(&group, &topic, handler)
+            .commit_interval(Duration::from_millis(200))
+            .outputs(
+                OutputConfig::new()
+                    .transactional_id(&id)
+                    .producer_property("transaction.timeout.ms", "3000"),
+            )
+            .meter_provider(metrics.provider()),
+    );
+    tokio::time::timeout(WAIT, reached.notified())
+        .await
+        .expect("offset 10 handled");
+    mock.broker_down(2)
+        .expect("the transaction coordinator down");
+    let down = Instant::now();
+    release.add_permits(1);
+    if stop_while_down {
+        let (summary, took) = run
+            .stop_within(Duration::from_secs(15), "stopped with the coordinator down")
+            .await;
+        eprintln!("stopped {took:?} after the failure; {summary:?}");
+        mock.broker_up(2).expect("the transaction coordinator back");
+        return;
+    }
+    // Longer than the flush before the abort (its outputs time out at
+    // transaction.timeout.ms, 3 s) and three abort calls (3 s each).
+    support::wait::wait_until(Duration::from_secs(30), "20 s down", || async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        down.elapsed() >= Duration::from_secs(20)
+    })
+    .await;
+    mock.broker_up(2).expect("the transaction coordinator back");
+    settle_on_mock(&topic, &[20], run).await;
+    metrics.flush().await.expect("flush the test metrics");
+    let text = support::logs::text_since(mark);
+    eprintln!(
+        "aborts: handler_failed {}; abort calls given up: {}",
+        aborts(&metrics, &group, "handler_failed"),
+        lines_with(&text, "abort_transaction did not succeed")
+    );
+    assert!(
+        aborts(&metrics, &group, "handler_failed") >= 1.0,
+        "the failed handler's transaction is counted aborted"
+    );
+    assert!(
+        lines_with(&text, "abort_transaction did not succeed") >= 1,
+        "the abort could not reach the coordinator (else this test proves nothing)"
+    );
+}
+
+/// A commit whose `EndTxn` the transaction coordinator keeps refusing as
+/// still loading (`COORDINATOR_LOAD_IN_PROGRESS`, which librdkafka retries
+/// inside the call) for longer than the call's timeout: librdkafka
+/// returns "timed out, retry call to resume" with the commit's outcome
+/// open. The library resumes the call until the outcome is known; it does
+/// not abort (an abort after a commit the coordinator completes anyway
+/// would rewind past committed offsets and write their outputs twice).
+/// Nothing is counted aborted and every input is committed. Needs the mock
+/// broker's fault injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_times_out_is_resumed_not_aborted() {
+    support::logs::init();
+    let (cluster, topic, group) = TestCluster::with_topic("tx-commit-slow", 1).await;
+    let Some(mock) = cluster.mock_or_skip("the mock broker's fault injection (EndTxn errors)")
+    else {
+        return;
+    };
+    let out_topic = cluster.topic("tx-commit-slow-out", 1).await;
+    cluster.produce_many(&topic, 1, 30).await;
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 12],
+    );
+    let metrics = TestMetrics::new();
+    let mark = support::logs::mark();
+    let run = start(
+        cluster
+            .consumer(&group, &topic, one_output_each(&out_topic))
+            .outputs(
+                OutputConfig::new()
+                    .transactional_id(format!("{group}-tx"))
+                    .producer_property("transaction.timeout.ms", "2000"),
+            )
+            .meter_provider(metrics.provider()),
+    );
+    settle_on_mock(&topic, &[30], run).await;
+    metrics.flush().await.expect("flush the test metrics");
+    let resumed = lines_with(
+        &support::logs::text_since(mark),
+        "call=\"commit_transaction\"",
+    );
+    // Aborts of any error.type.
+    let aborted = metrics.counter_total(TRANSACTIONS, &transaction_attrs(&group, "aborted"));
+    eprintln!("commit_transaction resumed {resumed} times; aborted {aborted}");
+    assert!(
+        resumed >= 1,
+        "the commit timed out at least once (else this test proves nothing)"
+    );
+    assert_eq!(aborted, 0.0, "a commit that timed out is not aborted");
+}

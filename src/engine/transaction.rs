@@ -243,6 +243,14 @@ impl Transactions {
         producer.begin_transaction()
     }
 
+    /// How long a commit, an abort or a new producer's `init_transactions`
+    /// waits before it is resumed or given up:
+    /// 30 s, or `transaction.timeout.ms` when shorter (past it the
+    /// coordinator aborts the open transaction itself).
+    fn call_timeout(&self) -> Duration {
+        TRANSACTION_CALL_TIMEOUT.min(self.timeout)
+    }
+
     /// The transactional producer now.
     fn producer(&self) -> crate::failure::producer::LibProducer {
         self.outputs.handle()
@@ -287,13 +295,24 @@ impl Transactions {
     /// `transactional.id` and begins its first transaction (its
     /// `init_transactions` ends the old one's): `Ok(reason)`; `Err` (the
     /// run stops) when that fails.
+    ///
+    /// The new producer's `init_transactions` is resumed while it times
+    /// out (no transaction coordinator reachable: the member waits for the
+    /// cluster, as a consumer does) until the run is shut down.
     fn restart_producer(&self, reason: String) -> Result<String, KafkaError> {
         let old = self.outputs.replace().map_err(|e| self.set_fatal(e))?;
         // Dropped here, on the committer's thread: purges, flushes and
         // joins the old producer's threads (unless a stuck call still
         // holds a handle: then where it ends).
         drop(old);
-        self.init_producer().map_err(|e| self.set_fatal(e))?;
+        let producer = self.producer();
+        self.resumed("init_transactions", || {
+            producer.init_transactions(self.call_timeout())
+        })
+        .map_err(|e| self.set_fatal(e))?;
+        producer
+            .begin_transaction()
+            .map_err(|e| self.set_fatal(e))?;
         Ok(reason)
     }
 
@@ -348,8 +367,10 @@ impl Transactions {
     /// Ends the open transaction, with the gate closed and the commit gate
     /// held: commits it with `offsets` (the completed input offsets; their
     /// partitions are `states`), or aborts it when it is doomed or one of
-    /// its members cannot commit (revoked). `Err` only for a fatal error
-    /// (the run stops). Event ages of the committed records are recorded.
+    /// its members cannot commit (revoked). `Err` for a fatal error (the
+    /// run stops), or at shutdown for an abort that did not succeed (the
+    /// transaction is left to the next producer with the id). Event ages
+    /// of the committed records are recorded.
     pub(crate) fn end<C, X>(
         &self,
         consumer: &C,
@@ -426,15 +447,37 @@ impl Transactions {
             // abort after the wait.
             let _ = producer.flush(ABORT_FLUSH_TIMEOUT);
         }
-        if let Err(e) = producer.abort_transaction(TRANSACTION_CALL_TIMEOUT) {
-            // A fatal producer (not fenced, see `recover`) starts afresh;
-            // any other failed abort leaves the producer in a state the
-            // library cannot reason about: stop rather than guess.
-            if is_fatal(&e) {
-                let reason = self.recover(e, since)?;
-                return Ok(self.aborted(&members, started, reason));
+        let abort = || producer.abort_transaction(self.call_timeout());
+        let shutting_down = self.shutdown.is_cancelled();
+        let result = if shutting_down {
+            abort()
+        } else {
+            retried(abort)
+        };
+        if let Err(e) = result {
+            if shutting_down && !is_fatal(&e) {
+                // The run ends: no new producer. The transaction coordinator
+                // ends the open transaction at the next producer with this
+                // id (a restarted member) or at transaction.timeout.ms.
+                tracing::warn!(error = %e, %reason, "shutdown: abort_transaction did not succeed; the transaction stays open until the next producer with this transactional.id or transaction.timeout.ms ends it (its outputs never reach read_committed readers; its inputs are handled again from the committed offsets)");
+                return Err(e);
             }
-            return Err(self.set_fatal(e));
+            // A fatal producer (not fenced, see `recover`) starts afresh,
+            // and so does one whose abort did not succeed (no transaction
+            // coordinator reachable: librdkafka's retriable "timed out,
+            // retry", three times; or a state it refuses the abort in): a
+            // new producer with the same transactional.id has the
+            // coordinator end the open transaction in its
+            // `init_transactions`. Issue 46: a member died when no broker
+            // was reachable for ten seconds.
+            let reason = if is_fatal(&e) {
+                self.recover(e, since)?
+            } else {
+                tracing::warn!(error = %e, %reason, timeout = ?self.call_timeout(), "abort_transaction did not succeed (no transaction coordinator reachable?): starting a new producer with the same transactional.id, whose init_transactions has the coordinator end the open transaction");
+                self.restart_producer(reason)?
+            };
+            drop(producer);
+            return Ok(self.aborted(&members, started, reason));
         }
         self.next(&members)?;
         Ok(self.aborted(&members, started, reason))
@@ -487,8 +530,39 @@ impl Transactions {
                 }
             }
         }
+        // A retriable error (timed out: no transaction coordinator
+        // reachable) leaves the commit's outcome open: librdkafka may have
+        // sent it, and the coordinator completes a commit it prepared even
+        // for a new producer. The call is resumed until the outcome is
+        // known, never followed by an abort and a rewind to offsets that
+        // may be committed already (their outputs would be written twice).
         let producer = self.producer();
-        retried(|| producer.commit_transaction(TRANSACTION_CALL_TIMEOUT)).map(|()| true)
+        self.resumed("commit_transaction", || {
+            producer.commit_transaction(self.call_timeout())
+        })
+        .map(|()| true)
+    }
+
+    /// Calls `op` (the transactional call `what`) again while it fails
+    /// with a retriable error (librdkafka: "timed out, retry call to
+    /// resume"), until the run is shut down; logs each retry.
+    fn resumed(
+        &self,
+        what: &str,
+        mut op: impl FnMut() -> Result<(), KafkaError>,
+    ) -> Result<(), KafkaError> {
+        let mut tries = 0u32;
+        loop {
+            match op() {
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && !self.shutdown.is_cancelled() =>
+                {
+                    tries += 1;
+                    tracing::warn!(error = %e, tries, call = what, "a transactional call did not finish (no transaction coordinator reachable?): resuming it");
+                }
+                other => return other,
+            }
+        }
     }
 
     /// `send_offsets_to_transaction`, waited for at most the call's
