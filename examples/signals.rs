@@ -1,4 +1,4 @@
-//! Reading the signals: the README's six ways a lag graph lies, each staged
+//! Reading the signals: the guide's six ways a lag graph lies, each staged
 //! on a broker, with what offset lag shows beside what the library shows.
 //!
 //! ```text
@@ -11,7 +11,7 @@
 //! Each stage creates a topic of its own (`signals-<stage>-…`, deleted at
 //! the end on a cluster) and a fresh consumer group, produces a workload,
 //! runs a [`FreshConsumer`] on it, and waits (at most 30 s) for the signal
-//! the README names for that failure. It then prints two lines: **offset
+//! the guide (`docs/guide/signals.md`) names for that failure. It then prints two lines: **offset
 //! lag**, read from outside the way a lag exporter reads it (the log end
 //! offset minus the group's committed offset, per partition, from a
 //! separate client), and **library**, read from the consumer's
@@ -70,7 +70,7 @@ const PROGRAM: &str = "signals";
 /// How long a stage waits for its signal.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// The stages, in the README's order.
+/// The stages, in the guide's order.
 const STAGES: [&str; 6] = [
     "count-without-age",
     "hot-partition",

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use opentelemetry::metrics::Meter;
 
 use crate::clock::WallClock;
-use crate::metrics::instruments::{Instruments, PartitionInstruments};
+use crate::metrics::instruments::Instruments;
+use crate::metrics::partition::PartitionInstruments;
 use crate::record::EventTime;
 use crate::record::RecordTimestamp;
 use crate::slo::SloRegistry;

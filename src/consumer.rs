@@ -493,7 +493,7 @@ impl<H> FreshConsumer<H> {
     ///
     /// With [`OutputConfig::transactional_id`] the outputs go into one
     /// Kafka transaction per commit cycle together with the input offsets
-    /// (exactly once into Kafka: the README's "Exactly once into Kafka").
+    /// (exactly once into Kafka: [the guide's chapter](crate::guide::transactions)).
     ///
     /// # Errors
     /// [`ConfigError::OutputProducerProperty`] from

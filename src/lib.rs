@@ -4,7 +4,7 @@
 //!
 //! Offset lag answers "how many records are waiting"; an outage is about "how
 //! late are they". `fresh-consumer` wraps rdkafka's `StreamConsumer`, runs
-//! your async handler once per record, and only **after the handler
+//! your async handler per record (or per batch), and only **after the handler
 //! succeeded** records the record's event age (now minus its timestamp) in an
 //! OpenTelemetry histogram. Offsets are committed manually and only past work
 //! that succeeded (at-least-once; auto-commit is refused).
@@ -19,11 +19,12 @@
 //! }
 //!
 //! # async fn run() -> Result<(), fresh_consumer::RunError> {
+//! // Until SIGTERM or Ctrl-C; then the final commit and metrics flush.
 //! let summary = FreshConsumer::new(handle)
 //!     .bootstrap_servers("localhost:9092")
 //!     .group_id("billing")
 //!     .topics(["payments"])
-//!     .run_until(fresh_consumer::shutdown_signal())
+//!     .run()
 //!     .await?;
 //! for (tp, offset) in &summary.committed {
 //!     println!("{}:{} committed at {offset}", tp.topic, tp.partition);
@@ -31,75 +32,55 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## The data path
-//! Each assigned partition's own librdkafka queue (split off the main queue
-//! at assignment) -> one worker task per partition reads it and runs the
-//! handler in offset order -> completion tracking -> a committer thread
-//! commits the next offset after the contiguous run of succeeded records.
-//! The poll loop (one task on your runtime) polls the main queue:
-//! rebalances, errors, statistics, and the records of a partition whose
-//! queue could not be split, which it hands to the worker through a bounded
-//! buffer.
+//! ## Start here
 //!
-//! In the source, file by file (dependencies run one way, top to bottom;
-//! `tests/architecture.rs` checks it):
-//! - `consumer.rs`: [`FreshConsumer`] and every setter; `run_until`
-//!   validates (`config.rs`) and starts the engine.
-//! - `engine/` (private, the only code that runs things): `mod.rs` wires a
-//!   run; `poll.rs` the poll loop and the bounded shutdown; `context.rs`
-//!   librdkafka's callbacks (rebalances through `offset_reset.rs` and
-//!   `assignment.rs`); `worker/` the per-partition worker (handler,
-//!   retries, event age) over `partition.rs`, the partition's shared
-//!   state; `tracker.rs` completed offsets; `commit.rs` the
-//!   committer; `counters.rs` the [`RunSummary`]; `watchdog.rs`
-//!   poll-interval warnings; `stats.rs` librdkafka's statistics;
-//!   `health_view.rs` what health reads, and the health thread.
-//! - [`output`]: handler outputs: the task-local handle
-//!   ([`outputs()`]), the library's producer, the wait for acknowledgements
-//!   and the origin-time header.
-//! - [`failure`]: retry policy and backoff, the exhausted-record decision
-//!   with the storm guard, dead letters (config, writer, reader).
-//! - [`health`]: thresholds, reports, the hub behind [`HealthHandle`], the
-//!   status rules, the gauges; it reads the engine only through traits it
-//!   defines.
-//! - [`metrics`]: the metric and attribute names, the instruments, the
-//!   shutdown flush; `otlp`: the opt-in exporter helper (feature `otlp`, on
-//!   by default).
-//! - [`monitor`]: the group monitor, which watches groups from outside
-//!   (committed offsets, watermarks, the record at the committed offset):
-//!   `reader.rs` the reads, `judge.rs` statuses and diagnosis, `report.rs`,
-//!   `export.rs` the gauges. It depends on `config` and lower, never on
-//!   the engine.
-//! - Leaves: `record.rs` ([`Record`] and the one event-time rule),
-//!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`], `summary.rs`,
-//!   `error.rs`, `control.rs` ([`ControlHandle`]: pauses set by the
-//!   application).
+//! | to | use | guide |
+//! |---|---|---|
+//! | handle records | [`FreshConsumer::new`] with an async fn or a [`Handler`] | [`guide::handlers`] |
+//! | handle batches | [`FreshConsumer::batched`], [`BatchHandler`], [`Batch`] | [`guide::batches`] |
+//! | decide what a failing record does | [`OnExhausted`], [`permanent`], [`failure::RetryTopics`] | [`guide::failures`] |
+//! | write dead letters | [`failure::DeadLetter`], [`failure::dead_letter`] | [`guide::failures`] |
+//! | write outputs, exactly once into Kafka | [`output::outputs`], [`output::OutputConfig`] | [`guide::outputs`], [`guide::transactions`] |
+//! | answer a health probe | [`FreshConsumer::health_handle`], [`health::HealthSnapshot`] | [`guide::signals`] |
+//! | export metrics | [`FreshConsumer::meter_provider`], `otlp`, [`metrics`] | [`guide::metrics`] |
+//! | write freshness SLOs | [`slo::FreshnessObjective`] | [`guide::slo`] |
+//! | watch groups from outside, scale with KEDA | [`monitor`], `fresh-monitor` | [`guide::monitor`] |
+//! | test your handlers | `testing` (feature `testing`) | [`guide::testing`] |
 //!
-//! - **Ordering**: records of one partition are handled one at a time, in
-//!   offset order; partitions run concurrently. Opt-in
-//!   [`ProcessingOrder::Key`] runs different keys of one partition
-//!   concurrently, each key still in offset order.
-//! - **Backpressure**: librdkafka fetches a partition only while its queue
-//!   holds fewer than [`max_buffered_records`](FreshConsumer::max_buffered_records)
-//!   records, so memory stays bounded and the poll loop keeps polling.
-//! - **Failures**: a failing (or panicking) handler is retried in place with
-//!   exponential backoff; nothing after it in its partition is committed.
-//! - **Rebalances**: on revoke, running handlers get
-//!   [`revoke_timeout`](FreshConsumer::revoke_timeout), completed offsets are
-//!   committed synchronously, and the partition is never committed again by
-//!   this member. A lost assignment commits nothing.
-//! - **Shutdown**: bounded by [`shutdown_timeout`](FreshConsumer::shutdown_timeout),
-//!   even with the broker down.
-//! - **Offset resets**: never silent. A partition the group has no offset
-//!   for starts where `auto.offset.reset` says; an offset below the log
-//!   start (a retention overrun) or above the high watermark is counted,
-//!   logged and handled by
-//!   [`retention_overrun_policy`](FreshConsumer::retention_overrun_policy).
+//! Every chapter: [`guide`].
 //!
-//! Metric names, units and attributes are in [`metrics`]. Partition health
-//! (lag, head-of-line age, stalled partitions, status, a snapshot for
-//! probes from [`FreshConsumer::health_handle`]) is in [`health`].
+//! ## Guarantees
+//!
+//! - **Commits only past success**: a partition's committed offset is the
+//!   one after its longest contiguous run of completed records (succeeded,
+//!   dead-lettered, or skipped by your choice).
+//! - **Event age after success**: recorded when the handler succeeded (with
+//!   transactions: when the transaction committed).
+//! - **Order**: records of one partition one at a time in offset order
+//!   (or per key with [`ProcessingOrder::Key`]); partitions concurrently.
+//! - **Bounded**: memory ([`FreshConsumer::max_buffered_records`]), revokes
+//!   ([`FreshConsumer::revoke_timeout`]) and shutdown
+//!   ([`FreshConsumer::shutdown_timeout`]), even with the brokers down.
+//! - **Never silent**: a blocked partition, an offset reset, a truncated
+//!   log, an unreadable batch are logged, counted and shown in health.
+//!
+//! Each with its limits: [`guide::guarantees`].
+//!
+//! ## Crate features
+//!
+//! | feature | enables |
+//! |---|---|
+//! | `otlp` (default) | `fresh_consumer::otlp`: a meter (and tracer) provider exporting over OTLP, from the `OTEL_*` variables |
+//! | `testing` | `fresh_consumer::testing`: the test kit for your handlers (for `[dev-dependencies]`) |
+//! | `keda` | `fresh_consumer::monitor::keda`: the KEDA external scaler's gRPC service |
+//! | `cli` | the `fresh-monitor` binary; turns on `keda` and `otlp` |
+//! | `ssl`, `ssl-vendored`, `sasl`, `gssapi` | TLS and SASL in librdkafka (system or vendored OpenSSL, Cyrus SASL) |
+//!
+//! Items that need a feature carry its badge on docs.rs. How the crate is
+//! built, file by file, is in the engine's documentation (private: `cargo
+//! doc --document-private-items`) and in [`guide::architecture`].
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod clock;
@@ -109,6 +90,8 @@ mod control;
 mod engine;
 mod error;
 pub mod failure;
+#[cfg(any(doc, all(doctest, feature = "otlp")))]
+pub mod guide;
 mod handler;
 pub mod health;
 mod librdkafka_log;
@@ -116,6 +99,7 @@ pub mod metrics;
 pub mod monitor;
 mod ordering;
 #[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod otlp;
 pub mod output;
 mod record;
@@ -123,6 +107,7 @@ mod signal;
 pub mod slo;
 mod summary;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod trace;
 
@@ -164,8 +149,8 @@ pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{BlockedRecord, RunSummary, TopicPartition};
 pub use trace::ProducerContext;
 
-/// The README's Rust examples, compiled as doctests (they use the `otlp`
-/// module).
+/// The README's Rust example (the first service), compiled as a doctest
+/// (it uses the `otlp` module).
 #[cfg(all(doctest, feature = "otlp"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 //! `fresh-monitor --keda-grpc`) asked over gRPC by a client generated from
 //! the same proto (proto/externalscaler.proto; tests/keda/externalscaler.rs,
 //! checked by tests/keda_proto.rs), as KEDA asks it:
-//! - the seeds' five scenarios (the reports the README's comparison table
+//! - the seeds' five scenarios (the reports the monitor chapter's comparison table
 //!   comes from): only the consumer-bound group scales, in one step; the
 //!   skewed, stuck and dead ones hold with the reason in
 //!   `fresh_consumer.monitor.scale.held`;

@@ -1,4 +1,4 @@
-//! The README's scenarios for the KEDA scaler (issue 45), with **real
+//! The monitor chapter's scenarios for the KEDA scaler (issue 45), with **real
 //! consumer processes** (plain librdkafka consumers: auto commit, the
 //! default assignors) and `fresh-monitor --keda-grpc` as a process at its
 //! **defaults**, asked the way KEDA asks (`GetMetrics`, `IsActive`) once per

@@ -1,6 +1,40 @@
 //! The engine: the only code that runs things. Private; reached through
 //! [`FreshConsumer::run_until`](crate::FreshConsumer::run_until).
 //!
+//! The crate, file by file (dependencies run one way, top to bottom;
+//! `tests/architecture.rs` checks it):
+//! - `consumer.rs`: [`FreshConsumer`](crate::FreshConsumer) and every setter; `run_until`
+//!   validates (`config.rs`) and starts the engine.
+//! - `engine/` (private, the only code that runs things): `mod.rs` wires a
+//!   run; `poll.rs` the poll loop and the bounded shutdown; `context.rs`
+//!   librdkafka's callbacks (rebalances through `offset_reset.rs` and
+//!   `assignment.rs`); `worker/` the per-partition worker (handler,
+//!   retries, event age) over `partition.rs`, the partition's shared
+//!   state; `tracker.rs` completed offsets; `commit.rs` the
+//!   committer; `counters.rs` the [`RunSummary`](crate::RunSummary); `watchdog.rs`
+//!   poll-interval warnings; `stats.rs` librdkafka's statistics;
+//!   `health_view.rs` what health reads, and the health thread.
+//! - [`output`](crate::output): handler outputs: the task-local handle
+//!   ([`outputs()`](crate::output::outputs)), the library's producer, the wait for acknowledgements
+//!   and the origin-time header.
+//! - [`failure`](crate::failure): retry policy and backoff, the exhausted-record decision
+//!   with the storm guard, dead letters (config, writer, reader).
+//! - [`health`](crate::health): thresholds, reports, the hub behind [`HealthHandle`](crate::HealthHandle), the
+//!   status rules, the gauges; it reads the engine only through traits it
+//!   defines.
+//! - [`metrics`](crate::metrics): the metric and attribute names, the instruments, the
+//!   shutdown flush; `otlp`: the opt-in exporter helper (feature `otlp`, on
+//!   by default).
+//! - [`monitor`](crate::monitor): the group monitor, which watches groups from outside
+//!   (committed offsets, watermarks, the record at the committed offset):
+//!   `reader.rs` the reads, `judge.rs` statuses and diagnosis, `report.rs`,
+//!   `export.rs` the gauges. It depends on `config` and lower, never on
+//!   the engine.
+//! - Leaves: `record.rs` ([`Record`](crate::Record) and the one event-time rule),
+//!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`](crate::slo), `summary.rs`,
+//!   `error.rs`, `control.rs` ([`ControlHandle`](crate::ControlHandle): pauses set by the
+//!   application).
+//!
 //! The data path, file by file:
 //! 1. `poll.rs`: the poll loop polls librdkafka's main queue (rebalances,
 //!    errors, statistics, and the records of a partition whose queue could

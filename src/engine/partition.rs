@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::tracker::OffsetTracker;
 use crate::health::partition::PartitionHealth;
-use crate::metrics::instruments::PartitionInstruments;
+use crate::metrics::partition::PartitionInstruments;
 use crate::record::Record;
 use crate::trace::PartitionTrace;
 

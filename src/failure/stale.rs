@@ -25,8 +25,8 @@
 
 use std::time::Duration;
 
-use crate::failure::Exhausted;
 use crate::failure::dead_letter::DeadLetterWriter;
+use crate::failure::exhausted::Exhausted;
 use crate::record::EventTime;
 
 /// What happens to a stale record: one whose event age is above

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxError, Handler};
+use super::per_record::{BoxError, Handler};
 use crate::record::Record;
 
 /// The most records in one batch unless

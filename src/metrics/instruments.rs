@@ -7,8 +7,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 use rdkafka::error::RDKafkaErrorCode;
 
-pub(crate) use super::partition::{PartitionInstruments, PartitionRetry, PartitionStale};
-use crate::metrics::*;
+use crate::metrics::names::*;
 use crate::slo::{SloRegistry, age_boundaries};
 use std::sync::Arc;
 

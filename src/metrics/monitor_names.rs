@@ -3,7 +3,7 @@
 
 // Intra-doc links name the shared attributes of `names.rs`.
 #[allow(unused_imports)]
-use super::*;
+use super::names::*;
 
 // Gauges observed from the monitor's latest report at each collection, per
 // watched group and partition, read from the brokers (not from inside a

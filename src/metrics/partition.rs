@@ -9,7 +9,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram};
 
 use super::instruments::{AgeOutcome, AttemptError, Instruments, event_age};
-use crate::metrics::*;
+use crate::metrics::names::*;
 use crate::record::{EventTime, RecordTimestamp};
 use crate::slo::SloResult;
 

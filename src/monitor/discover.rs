@@ -12,8 +12,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::monitor::MonitorError;
-use crate::monitor::reader::PROBE_GROUP_ID;
+use crate::monitor::error::MonitorError;
+
+/// The group id the probe assigns partitions under (it never joins or
+/// commits): `fresh-consumer-monitor-probe`.
+pub const PROBE_GROUP_ID: &str = "fresh-consumer-monitor-probe";
 
 /// Which listed group names to consider: `true` to consider the group.
 pub(crate) type GroupFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;

@@ -7,10 +7,10 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
 
 use crate::metrics::*;
-use crate::monitor::Shared;
 use crate::monitor::report::{
     Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, Scaling,
 };
+use crate::monitor::shared::Shared;
 
 /// Kept so the callbacks live as long as the monitor.
 pub(crate) struct Export {

@@ -6,62 +6,12 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::health::Replication;
 use crate::health::retention::{RetentionSample, estimate, rate};
 use crate::monitor::report::{
-    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, PartitionOwner, Scaling,
-    replica_cap,
+    Diagnosis, GroupReport, HeadTimestamp, LagStatus, PartitionLag, Scaling, replica_cap,
 };
 use crate::record::RecordTimestamp;
 use crate::summary::TopicPartition;
-
-/// The thresholds the rules use (the builder's settings).
-#[derive(Clone, Debug)]
-pub(crate) struct Rules {
-    pub(crate) window: Duration,
-    pub(crate) stall_after: Duration,
-    pub(crate) lag_threshold: Duration,
-    pub(crate) skew_share: f64,
-    pub(crate) drain_target: Duration,
-    pub(crate) current_replicas: Option<u32>,
-}
-
-/// What a cycle read about the record at a partition's committed offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum HeadRead {
-    /// No read needed (no committed offset, or no lag).
-    NotNeeded,
-    /// The first record at or after `offset` (the committed offset, or the
-    /// log start when that is higher) carried `timestamp`.
-    Read {
-        offset: i64,
-        timestamp: RecordTimestamp,
-    },
-    /// The record could not be read in time.
-    Unread,
-    /// The probe read to the end without a record: only records a consumer
-    /// never receives lie past the committed offset (transaction markers,
-    /// aborted transactions under `read_committed`). Nothing waits.
-    NothingReadable,
-}
-
-/// One partition as read in one cycle.
-#[derive(Clone, Debug)]
-pub(crate) struct Observation {
-    pub(crate) topic: String,
-    pub(crate) partition: i32,
-    pub(crate) committed: Option<i64>,
-    pub(crate) log_start: i64,
-    pub(crate) high_watermark: i64,
-    pub(crate) last_stable: i64,
-    /// The end the lag counts to (LSO or high watermark).
-    pub(crate) end: i64,
-    pub(crate) head: HeadRead,
-    /// The member owning the partition, when the brokers describe it.
-    pub(crate) owner: Option<PartitionOwner>,
-    /// The partition's replication, from the cycle's metadata.
-    pub(crate) replication: Option<Replication>,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Point {
@@ -118,27 +68,6 @@ pub(crate) struct GroupTracker {
     /// Cycles whose described assignments could not be read
     /// ([`GroupReport::assignments_unreadable`]).
     pub(crate) assignments_unreadable: u64,
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
-struct Judged {
-    row: PartitionLag,
-    /// Records per second the committed offset and the log end advanced.
-    commit_rate: f64,
-    produce_rate: f64,
-    /// The time lag fell over the window.
-    falling: bool,
-    /// Twice the group's commit rhythm on the partition (`None` before it
-    /// is known): a freeze shorter than this is the group's ordinary pause
-    /// between commits.
-    rhythm2: Option<Duration>,
-    /// The last stable offset moved in this cycle after standing behind
-    /// the high watermark for `stall_after` or longer: a transaction open
-    /// that long ended, and its records became readable at once.
-    released: bool,
 }
 
 impl GroupTracker {
@@ -690,12 +619,11 @@ fn suggest(
     }
 }
 
+mod model;
 mod skew;
+use model::Judged;
+pub(crate) use model::{HeadRead, Observation, Rules};
 use skew::{concentrated, concentrated_load, owner_concentrated};
 
-#[cfg(test)]
-mod comparison;
-#[cfg(any(test, feature = "testing"))]
-pub(crate) mod scenarios;
 #[cfg(test)]
 mod tests;

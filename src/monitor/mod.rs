@@ -55,16 +55,24 @@
 //! (no I/O), `keda.rs` (feature `keda`) the KEDA scaler serving it.
 
 mod classic;
+#[cfg(test)]
+mod comparison;
+mod defaults;
 mod describe;
 mod discover;
+mod error;
 mod export;
 pub(crate) mod judge;
 #[cfg(feature = "keda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keda")))]
 pub mod keda;
 mod reader;
 mod report;
 mod running;
 pub mod scale;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod scenarios;
+mod shared;
 
 use std::fmt;
 use std::future::Future;
@@ -72,7 +80,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::metrics::Meter;
-use rdkafka::error::KafkaError;
 
 use crate::config::RedactedProperties;
 use crate::error::ConfigError;
@@ -80,108 +87,19 @@ use crate::monitor::discover::{Discovery, GroupFilter};
 use crate::monitor::judge::Rules;
 use crate::monitor::reader::{Reader, ReaderSettings};
 
-pub use reader::PROBE_GROUP_ID;
+pub use defaults::{
+    DEFAULT_MONITOR_DRAIN_TARGET, DEFAULT_MONITOR_INTERVAL, DEFAULT_MONITOR_LAG_THRESHOLD,
+    DEFAULT_MONITOR_MAX_GROUPS, DEFAULT_MONITOR_MAX_PARTITIONS, DEFAULT_MONITOR_READ_TIMEOUT,
+    DEFAULT_MONITOR_REQUEST_TIMEOUT, DEFAULT_MONITOR_SKEW_SHARE, DEFAULT_MONITOR_STALL_AFTER,
+    DEFAULT_MONITOR_WINDOW,
+};
+pub use discover::PROBE_GROUP_ID;
+pub use error::MonitorError;
 pub use report::{
     Diagnosis, GroupReport, HeadTimestamp, LagStatus, MonitorReport, PartitionLag, PartitionOwner,
     Scaling,
 };
-pub(crate) use running::Shared;
 pub use running::{Monitor, MonitorHandle};
-
-/// Default for [`GroupMonitor::interval`]: 10 s between cycles.
-pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
-/// Default for [`GroupMonitor::window`]: 5 min.
-pub const DEFAULT_MONITOR_WINDOW: Duration = Duration::from_secs(300);
-/// Default for [`GroupMonitor::stall_after`]: 60 s.
-pub const DEFAULT_MONITOR_STALL_AFTER: Duration = Duration::from_secs(60);
-/// Default for [`GroupMonitor::lag_threshold`]: 60 s.
-pub const DEFAULT_MONITOR_LAG_THRESHOLD: Duration = Duration::from_secs(60);
-/// Default for [`GroupMonitor::skew_share`]: 0.75.
-pub const DEFAULT_MONITOR_SKEW_SHARE: f64 = 0.75;
-/// Default for [`GroupMonitor::drain_target`]: 10 min.
-pub const DEFAULT_MONITOR_DRAIN_TARGET: Duration = Duration::from_secs(600);
-/// Default for [`GroupMonitor::request_timeout`]: 10 s.
-pub const DEFAULT_MONITOR_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default for [`GroupMonitor::read_timeout`]: 5 s.
-pub const DEFAULT_MONITOR_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default for [`GroupMonitor::max_groups`]: 100 groups.
-pub const DEFAULT_MONITOR_MAX_GROUPS: usize = 100;
-/// Default for [`GroupMonitor::max_partitions`]: 10,000 partitions.
-pub const DEFAULT_MONITOR_MAX_PARTITIONS: usize = 10_000;
-
-/// Why the monitor could not start or a cycle failed. Never contains the
-/// value of a secret property.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum MonitorError {
-    /// The configuration is invalid (no bootstrap servers, no group, no
-    /// topic, a zero duration, a property librdkafka rejects, a property
-    /// the monitor sets itself); nothing was connected.
-    #[error("invalid monitor configuration: {0}")]
-    Config(#[from] ConfigError),
-    /// No broker answered a metadata request within the request timeout
-    /// when the monitor connected.
-    #[error("no broker of `{bootstrap}` answered")]
-    Unreachable {
-        /// The bootstrap servers tried.
-        bootstrap: String,
-        /// librdkafka's error (for example `BrokerTransportFailure` or
-        /// `OperationTimedOut`).
-        #[source]
-        source: KafkaError,
-    },
-    /// A watched topic does not exist (or the client may not see it).
-    #[error("unknown topic `{topic}`")]
-    UnknownTopic {
-        /// The topic name.
-        topic: String,
-    },
-    /// A read of one cycle failed (metadata, list offsets, offset fetch,
-    /// assign). [`Monitor::run_until`] counts it and goes on.
-    #[error("kafka {operation} failed")]
-    Kafka {
-        /// `metadata`, `list offsets`, `offset fetch`, `list groups`
-        /// (discovery) or `assign`.
-        operation: &'static str,
-        /// librdkafka's error.
-        #[source]
-        source: KafkaError,
-    },
-    /// The blocking reader thread panicked (a bug).
-    #[error("the monitor's reader thread panicked")]
-    ReaderPanicked,
-    /// More groups or partitions to watch than the caps allow
-    /// ([`GroupMonitor::max_groups`], [`GroupMonitor::max_partitions`]):
-    /// discovery found more groups, or the watched topics have more
-    /// partitions. The cycle watches none rather than an arbitrary subset;
-    /// narrow the filter or the topics, or raise the cap.
-    #[error("{count} {what} to watch, above the cap of {max}")]
-    TooMany {
-        /// `groups` or `partitions`.
-        what: &'static str,
-        /// How many there were (groups: named plus discovered candidates;
-        /// partitions: of all watched topics).
-        count: usize,
-        /// The cap.
-        max: usize,
-    },
-}
-
-impl MonitorError {
-    /// The `error.type` of a failed cycle in `fresh_consumer.monitor.cycles`:
-    /// `config`, `unreachable`, `unknown_topic`, `kafka`, `reader_panicked`
-    /// or `too_many`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            MonitorError::TooMany { .. } => "too_many",
-            MonitorError::Config(_) => "config",
-            MonitorError::Unreachable { .. } => "unreachable",
-            MonitorError::UnknownTopic { .. } => "unknown_topic",
-            MonitorError::Kafka { .. } => "kafka",
-            MonitorError::ReaderPanicked => "reader_panicked",
-        }
-    }
-}
 
 /// Builder of a group monitor: what to watch, how often, and the thresholds
 /// of the statuses and the diagnosis.

@@ -5,47 +5,22 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use opentelemetry::metrics::Meter;
 
+use crate::monitor::error::MonitorError;
 use crate::monitor::export::Export;
 use crate::monitor::judge::{GroupTracker, Rules};
 use crate::monitor::reader::Reader;
-use crate::monitor::{MonitorError, MonitorReport};
+use crate::monitor::report::MonitorReport;
+use crate::monitor::shared::Shared;
 use crate::record::unix_ms;
-
-/// What the handle and the gauges read: the latest report and the cycle
-/// counts.
-#[derive(Default)]
-pub(crate) struct Shared {
-    latest: Mutex<Option<Arc<MonitorReport>>>,
-    cycles_ok: AtomicU64,
-    cycles_failed: AtomicU64,
-    failed_by_kind: Mutex<std::collections::BTreeMap<&'static str, u64>>,
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shared {
-    pub(crate) fn latest(&self) -> Option<Arc<MonitorReport>> {
-        lock(&self.latest).clone()
-    }
-
-    pub(crate) fn cycles_ok(&self) -> u64 {
-        self.cycles_ok.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn failed_by_kind(&self) -> Vec<(&'static str, u64)> {
-        lock(&self.failed_by_kind)
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect()
-    }
 }
 
 /// A connected monitor: runs cycles, keeps the samples of the window.

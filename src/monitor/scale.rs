@@ -97,7 +97,7 @@ impl ScalePolicy {
     /// 1 replica, no fallback replica count.
     pub fn new() -> Self {
         ScalePolicy {
-            drain_target: crate::monitor::DEFAULT_MONITOR_DRAIN_TARGET,
+            drain_target: crate::monitor::defaults::DEFAULT_MONITOR_DRAIN_TARGET,
             scale_down_lag: DEFAULT_SCALE_DOWN_LAG,
             scale_down_after: DEFAULT_SCALE_DOWN_AFTER,
             settle_after: DEFAULT_SETTLE_AFTER,

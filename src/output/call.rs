@@ -11,7 +11,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 
-use super::{ORIGIN_TIME_HEADER, Output, OutputConfig, OutputError};
+use super::config::OutputConfig;
+use super::error::OutputError;
+use super::message::{ORIGIN_TIME_HEADER, Output};
 use crate::failure::producer::{LibProducer, ReplaceableProducer};
 use crate::metrics::instruments::{Instruments, kafka_error_name_of};
 

@@ -55,7 +55,7 @@
 //! with the completed input offsets (exactly once into Kafka for
 //! `read_committed` readers). A call that wrote outputs and failed aborts
 //! the transaction and its partitions are handled again from their last
-//! committed offsets. See the README's "Exactly once into Kafka".
+//! committed offsets. See [the guide's chapter](crate::guide::transactions).
 //!
 //! **Headers the library adds** to each output, unless the output already
 //! has a header of that name (set it yourself to override):
@@ -76,17 +76,14 @@
 //! first hop's event.
 
 mod call;
+mod config;
+mod error;
+mod message;
 
 pub(crate) use call::{Call, OutputProducer};
-
-use rdkafka::error::KafkaError;
-
-use crate::error::ConfigError;
-
-/// The header carrying an output's origin event time: milliseconds since
-/// the Unix epoch, decimal ASCII (`1733300000000`). Read as an event-time
-/// header is (decimal ASCII, or 8 bytes big-endian).
-pub const ORIGIN_TIME_HEADER: &str = "fresh_consumer.origin_time";
+pub use config::OutputConfig;
+pub use error::OutputError;
+pub use message::{ORIGIN_TIME_HEADER, Output};
 
 /// The output handle of the handler call running now: what the handler
 /// sends through.
@@ -139,260 +136,10 @@ impl std::fmt::Debug for Outputs {
     }
 }
 
-/// A record to send: topic, key, payload, headers, and optionally the
-/// partition and timestamp (else the producer's partitioner picks the
-/// partition from the key, and the timestamp is the send time).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[must_use]
-pub struct Output {
-    pub(crate) topic: String,
-    pub(crate) key: Option<Vec<u8>>,
-    pub(crate) payload: Option<Vec<u8>>,
-    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
-    pub(crate) partition: Option<i32>,
-    pub(crate) timestamp_ms: Option<i64>,
-}
-
-impl Output {
-    /// A record to `topic`, with a null key and a null payload.
-    pub fn to(topic: impl Into<String>) -> Self {
-        Output {
-            topic: topic.into(),
-            ..Output::default()
-        }
-    }
-
-    /// Sets the key. Defaults to a null key.
-    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Sets the payload (the value). Defaults to a null payload.
-    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
-        self.payload = Some(payload.into());
-        self
-    }
-
-    /// Adds a header, in order. A header named like one the library adds
-    /// ([`ORIGIN_TIME_HEADER`], the trace context's) replaces the
-    /// library's.
-    pub fn header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.headers.push((name.into(), Some(value.into())));
-        self
-    }
-
-    /// Adds a header with a null value.
-    pub fn null_header(mut self, name: impl Into<String>) -> Self {
-        self.headers.push((name.into(), None));
-        self
-    }
-
-    /// Sends to this partition. Defaults to the producer's partitioner
-    /// (librdkafka's `partitioner`, by default a hash of the key).
-    pub fn partition(mut self, partition: i32) -> Self {
-        self.partition = Some(partition);
-        self
-    }
-
-    /// Sets the record's timestamp (`CreateTime`), milliseconds since the
-    /// Unix epoch. Defaults to the time of the send.
-    pub fn timestamp_ms(mut self, ms: i64) -> Self {
-        self.timestamp_ms = Some(ms);
-        self
-    }
-
-    /// The topic it is sent to.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-}
-
-/// Outputs turned on: the library's producer
-/// ([`FreshConsumer::outputs`](crate::FreshConsumer::outputs)).
-///
-/// The producer inherits the consumer's `bootstrap.servers`, `client.id`
-/// and security settings, and writes with `acks=all` and
-/// `enable.idempotence=true`; `message.timeout.ms` defaults to 30 s (how
-/// long a delivery may take before it fails the attempt; librdkafka's own
-/// default is 300 s) and `linger.ms` to 0 (librdkafka's 5 ms would be
-/// added to every record: the attempt waits for the acknowledgement, and
-/// the partition's next record waits for the attempt).
-///
-/// With [`transactional_id`](Self::transactional_id) the producer is
-/// transactional and the library runs one Kafka transaction per commit
-/// cycle: the outputs and the input offsets are committed together or not
-/// at all (see the README's "Exactly once into Kafka").
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[must_use]
-pub struct OutputConfig {
-    pub(crate) producer_properties: Vec<(String, String)>,
-    pub(crate) transactional_id: Option<String>,
-}
-
-impl OutputConfig {
-    /// Outputs with the default producer settings.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets a librdkafka producer property on the output producer
-    /// (`linger.ms`, `compression.type`, `message.timeout.ms`, ...).
-    /// Defaults to none. Refused by `validate()`
-    /// ([`ConfigError::OutputProducerProperty`]): what would let a commit
-    /// cover an output the brokers did not durably acknowledge (`acks`
-    /// other than `all`/`-1`, `enable.idempotence` other than `true`,
-    /// `max.in.flight.requests.per.connection` above 5) and
-    /// `transactional.id` (set [`transactional_id`](Self::transactional_id)
-    /// instead, which also changes how the library commits).
-    pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.producer_properties.push((key.into(), value.into()));
-        self
-    }
-
-    /// Turns on transactions (exactly once into Kafka): the output
-    /// producer gets this `transactional.id`, and the library runs one
-    /// Kafka transaction per commit cycle. Handlers send inside the open
-    /// transaction; at the cycle's end the library adds the completed
-    /// input offsets (`send_offsets_to_transaction` with the consumer's
-    /// group metadata, KIP-447) and commits it; the group's offsets then
-    /// move only inside transactions. Defaults to none (at-least-once
-    /// outputs).
-    ///
-    /// One id per running member (a pod or host name, `billing-1`): a new
-    /// producer with the same id fences the earlier one, whose run then
-    /// ends with [`RunError::Fatal`](crate::RunError::Fatal). The broker's
-    /// `transaction.timeout.ms` (librdkafka's default 60 s, settable with
-    /// [`producer_property`](Self::producer_property)) must be longer than
-    /// the commit interval plus the slowest handler call, or the broker
-    /// aborts the transaction and its records are handled again.
-    ///
-    /// # Errors
-    /// [`ConfigError::InvalidOption`] (option `transactional_id`) from
-    /// `validate()` for an empty id, and with a batch handler, key order
-    /// with more than one record in flight or
-    /// `split_partition_queues(false)` (not supported in transactional
-    /// mode yet).
-    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
-        self.transactional_id = Some(id.into());
-        self
-    }
-
-    /// The producer's `transaction.timeout.ms` (librdkafka's default 60 s
-    /// unless set with [`producer_property`](Self::producer_property)).
-    pub(crate) fn transaction_timeout(&self) -> std::time::Duration {
-        let ms = self
-            .producer_properties
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "transaction.timeout.ms")
-            .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-            .unwrap_or(60_000);
-        std::time::Duration::from_millis(ms)
-    }
-
-    /// Whether [`transactional_id`](Self::transactional_id) was set.
-    pub fn is_transactional(&self) -> bool {
-        self.transactional_id.is_some()
-    }
-
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        if self
-            .transactional_id
-            .as_deref()
-            .is_some_and(|id| id.trim().is_empty())
-        {
-            return Err(ConfigError::InvalidOption {
-                option: "transactional_id",
-                reason: "must not be empty".to_owned(),
-            });
-        }
-        for (property, value) in &self.producer_properties {
-            let reason = if property == "transactional.id" {
-                Some(
-                    "set `OutputConfig::transactional_id` instead: the library must know it \
-                     runs transactions (it commits offsets inside them)",
-                )
-            } else {
-                crate::failure::weakens_delivery(property, value.trim())
-            };
-            if let Some(reason) = reason {
-                return Err(ConfigError::OutputProducerProperty {
-                    property: property.clone(),
-                    value: value.clone(),
-                    reason,
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Why an output could not be sent or was not acknowledged.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OutputError {
-    /// [`outputs()`] was called outside a handler call, or the consumer has
-    /// no outputs ([`FreshConsumer::outputs`](crate::FreshConsumer::outputs)
-    /// was not called).
-    #[error(
-        "no output handle: not inside a handler call of a consumer with outputs enabled (`FreshConsumer::outputs`)"
-    )]
-    OutsideHandler,
-    /// The handle was used after its handler call ended.
-    #[error("the handler call of this output handle has ended")]
-    CallEnded,
-    /// The output's topic name is empty.
-    #[error("empty output topic name")]
-    EmptyTopic,
-    /// librdkafka refused to queue the output.
-    #[error("output to `{topic}` could not be queued")]
-    Queue {
-        /// The output's topic.
-        topic: String,
-        /// librdkafka's error.
-        #[source]
-        error: KafkaError,
-    },
-    /// With transactional outputs: librdkafka refused the output because
-    /// the open transaction failed (`_STATE` in its abortable state, after
-    /// a write into it failed; `_FATAL` after a fatal error). The
-    /// transaction cannot commit: the library aborts it and the partitions
-    /// that wrote into it, this call's included, are handled again from
-    /// their last committed offsets. Whatever the handler returns after
-    /// it, the call is not an attempt of its record (it does not use up
-    /// the retry policy's attempts, nor park or block the record); return
-    /// it with `?`.
-    #[error("output to `{topic}` refused: the open transaction failed and is aborted")]
-    TransactionFailed {
-        /// The output's topic.
-        topic: String,
-        /// librdkafka's error.
-        #[source]
-        error: KafkaError,
-    },
-    /// The broker did not acknowledge the output (the attempt fails with
-    /// `error.type` = `output_error`).
-    #[error("output to `{topic}` was not acknowledged")]
-    Delivery {
-        /// The output's topic.
-        topic: String,
-        /// librdkafka's error.
-        #[source]
-        error: KafkaError,
-    },
-}
-
-impl OutputError {
-    /// `true` for a failed delivery ([`OutputError::Delivery`]).
-    pub fn is_delivery(&self) -> bool {
-        matches!(self, OutputError::Delivery { .. })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ConfigError;
 
     /// A handle moves into tasks the handler spawns, and its sends run on
     /// any worker thread.

@@ -15,7 +15,9 @@ use rdkafka::producer::{
 };
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{REQUEST_TIMEOUT, TestRecord, TestingError, wait_for};
+use super::error::{REQUEST_TIMEOUT, TestingError};
+use super::produce::TestRecord;
+use super::run::wait_for;
 use crate::consumer::FreshConsumer;
 use crate::failure::dead_letter::DeadLetterRecord;
 use crate::handler::Handler;

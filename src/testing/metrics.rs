@@ -11,7 +11,7 @@ use opentelemetry_sdk::metrics::{
     Temporality,
 };
 
-use super::TestingError;
+use super::error::TestingError;
 
 /// A meter provider for [`FreshConsumer::meter_provider`](crate::FreshConsumer::meter_provider)
 /// whose metrics stay in memory: the OpenTelemetry SDK's in-memory exporter

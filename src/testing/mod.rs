@@ -84,13 +84,13 @@
 //! has no time retention, no transaction markers, and does not implement
 //! DeleteTopics.
 
+mod error;
 mod kafka;
 mod metrics;
 mod produce;
 mod run;
 
-use std::time::Duration;
-
+pub use error::{REQUEST_TIMEOUT, TestingError};
 pub use kafka::TestKafka;
 pub use metrics::{Attributes, HistogramTotals, TestMetrics};
 pub use produce::TestRecord;
@@ -113,65 +113,9 @@ pub use run::{Running, spawn, wait_for, wait_until};
 /// | `dead-group` | every commit frozen while records arrive | `dead` |
 /// | `bursty-producer` | a burst of 2,000 records a partition, seconds old, read fast | `keeping_up` |
 ///
-/// The README's table "KEDA's rule beside the monitor's" is computed from
+/// The monitor chapter's table "KEDA's rule beside the monitor's" (in
+/// [`crate::guide::monitor`]) is computed from
 /// the same reports.
 pub fn monitor_scenarios() -> crate::monitor::MonitorReport {
-    crate::monitor::judge::scenarios::report()
-}
-
-/// How long the kit's own reads wait for a broker's answer (admin
-/// requests, offset fetches, reading a topic back).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why a step of the test kit failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TestingError {
-    /// A Kafka client (the mock broker's owner, the producer, the admin
-    /// client, a reader) failed; `what` says which step.
-    #[error("{what}")]
-    Kafka {
-        /// The step, for example `create topic orders`.
-        what: String,
-        /// librdkafka's error.
-        #[source]
-        source: rdkafka::error::KafkaError,
-    },
-    /// A wait passed its deadline.
-    #[error("timed out after {timeout:?} waiting for {what}; last seen: {last}")]
-    Timeout {
-        /// What was waited for.
-        what: String,
-        /// The deadline.
-        timeout: Duration,
-        /// What the last look saw.
-        last: String,
-    },
-    /// A record read back from a dead-letter or retry-tier topic has no
-    /// dead-letter headers.
-    #[error("record at {topic}/{partition}@{offset} is not a dead-letter record")]
-    NotDeadLetter {
-        /// Its topic.
-        topic: String,
-        /// Its partition.
-        partition: i32,
-        /// Its offset.
-        offset: i64,
-    },
-    /// Exporting the metrics recorded so far failed.
-    #[error("metrics flush failed")]
-    Metrics(#[source] crate::metrics::FlushError),
-    /// The consumer's run returned an error.
-    #[error("the consumer's run failed")]
-    Run(#[source] crate::error::RunError),
-    /// The consumer's task panicked or was cancelled.
-    #[error("the consumer's task ended abnormally")]
-    Task(#[source] tokio::task::JoinError),
-}
-
-impl TestingError {
-    fn kafka(what: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
-        let what = what.into();
-        move |source| TestingError::Kafka { what, source }
-    }
+    crate::monitor::scenarios::report()
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::TestingError;
+use super::error::TestingError;
 use crate::consumer::FreshConsumer;
 use crate::handler::Handler;
 use crate::health::HealthHandle;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{Decision, READ_TIMEOUT, classify};
+use super::decision::{Decision, READ_TIMEOUT, classify};
 use crate::engine::leader_epoch;
 use crate::health::RetentionOverrunPolicy;
 use crate::health::thresholds::NewPartitionStart;

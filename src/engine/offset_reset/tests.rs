@@ -1,5 +1,6 @@
 use super::plan::PlanEntry;
 use super::*;
+use crate::health::thresholds::NewPartitionStart;
 use RetentionOverrunPolicy::*;
 
 const E: NewPartitionStart = NewPartitionStart::Earliest;

@@ -42,7 +42,7 @@ use crate::engine::shared::Engine;
 use crate::engine::tracker::OffsetTracker;
 use crate::handler::Handler;
 use crate::health::partition::PartitionHealth;
-use crate::metrics::instruments::{PartitionRetry, PartitionStale};
+use crate::metrics::partition::{PartitionRetry, PartitionStale};
 use crate::ordering::ProcessingOrder;
 use crate::record::Record;
 use source::{Source, SplitSource, Unreadable};

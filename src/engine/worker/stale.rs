@@ -13,16 +13,7 @@ use crate::handler::Handler;
 use crate::record::{EventTime, Record};
 
 use super::park::{BlockGuard, Outgoing, To};
-use super::task::{Done, Worker};
-
-/// A run of consecutive stale records of the partition, logged when it
-/// starts and when a fresh record ends it (or the worker does).
-#[derive(Clone, Copy)]
-pub(super) struct StaleRun {
-    first: i64,
-    last: i64,
-    records: u64,
-}
+use super::task::{Done, StaleRun, Worker};
 
 impl<H: Handler> Worker<H> {
     /// The event age of `record` (whose event time is `event_time`) when

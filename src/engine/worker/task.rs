@@ -33,13 +33,26 @@ pub(super) struct Worker<H> {
     /// a seek succeeds.
     pub(super) position_doubtful: AtomicBool,
     /// The partition's open run of stale records (see `stale.rs`).
-    pub(super) stale_run: std::sync::Mutex<Option<super::stale::StaleRun>>,
+    pub(super) stale_run: std::sync::Mutex<Option<StaleRun>>,
     /// Whether a record's first attempt may take
     /// [`Worker::handle_plain`]: none of the per-record machinery it skips
     /// is on for this partition (see [`plain_attempts`]).
     pub(super) plain: bool,
     /// Dropped when the worker ends, after every handler call it started.
     pub(super) _done: std::sync::mpsc::Sender<()>,
+}
+
+/// A run of consecutive stale records of the partition, logged when it
+/// starts and when a fresh record ends it (or the worker does); kept by
+/// `stale.rs`.
+#[derive(Clone, Copy)]
+pub(super) struct StaleRun {
+    /// Its first offset.
+    pub(super) first: i64,
+    /// Its last offset so far.
+    pub(super) last: i64,
+    /// Its records so far.
+    pub(super) records: u64,
 }
 
 /// Whether a partition's records can take [`Worker::handle_plain`] for

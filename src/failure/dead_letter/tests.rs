@@ -1,4 +1,11 @@
+use std::time::{Duration, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::message::OwnedHeaders;
+
 use super::*;
+use crate::error::ConfigError;
+use crate::record::{Header, Record, RecordTimestamp};
 
 #[test]
 fn default_dead_letter_topic_follows_the_source() {

@@ -3,7 +3,17 @@
 //! the failure details they carry. The contract it writes, and the reader,
 //! are the parent module's.
 
-use super::*;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+
+use super::config::DeadLetter;
+use super::headers::*;
+use super::origin::{Destination, Origin};
+use crate::record::{Record, RecordTimestamp};
 
 /// Why a record failed, carried into the dead-letter headers.
 #[derive(Clone, Debug)]

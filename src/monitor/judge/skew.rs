@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Judged, Rules, secs};
+use super::model::{Judged, Rules, secs};
 
 /// The few partitions (at most a quarter, at least one) that carry at least
 /// `share` of the summed time lag, when there are two or more partitions.

@@ -6,7 +6,7 @@
 use rdkafka::consumer::Consumer;
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::{GroupReads, Reader};
+use super::state::{GroupReads, Reader};
 use crate::monitor::judge::Observation;
 use crate::monitor::report::PartitionOwner;
 use crate::monitor::{classic, describe};

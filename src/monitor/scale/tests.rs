@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
-use crate::monitor::judge::scenarios::{self, CURRENT, PARTITIONS};
 use crate::monitor::report::{HeadTimestamp, LagStatus, PartitionLag};
+use crate::monitor::scenarios::{self, CURRENT, PARTITIONS};
 
 fn request(group: &str) -> ScaleRequest {
     ScaleRequest {

@@ -3,6 +3,7 @@
 //! group-wide shares say.
 
 use super::*;
+use crate::monitor::report::PartitionOwner;
 
 fn owner(member: &str) -> Option<PartitionOwner> {
     Some(PartitionOwner {

@@ -1,7 +1,7 @@
 //! The seeds' five scenarios, side by side: what KEDA's Kafka scaler would
 //! ask for (offset lag only) and what the monitor's diagnosis and replica
 //! suggestion ask for (time lag, and why the group is behind). The table
-//! this prints is the one in the README ("Autoscaling: KEDA's rule beside
+//! this prints is the one in the guide's monitor chapter ("Autoscaling: KEDA's rule beside
 //! the monitor's"); run it with
 //! `cargo test --lib monitor::judge::comparison -- --nocapture`.
 //!

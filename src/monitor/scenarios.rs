@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{GroupTracker, HeadRead, Observation, Rules};
+use crate::monitor::judge::{GroupTracker, HeadRead, Observation, Rules};
 use crate::monitor::report::{GroupReport, MonitorReport};
 use crate::record::RecordTimestamp;
 
