@@ -42,7 +42,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fresh_consumer::{Batch, BatchError, BoxError, FreshConsumer, Output, OutputConfig, Record};
+use fresh_consumer::{
+    Batch, BatchError, BoxError, FreshConsumer, Record,
+    output::{Output, OutputConfig},
+};
 
 use support::{MockBroker, Progress, env_or, median, min_max, unique};
 
@@ -93,7 +96,7 @@ async fn run_once(
     let target = (per_partition * partitions as usize) as u64;
     let progress = Progress::new(target);
     let group = unique("outputs-bench");
-    let every = commit.unwrap_or(fresh_consumer::DEFAULT_COMMIT_INTERVAL);
+    let every = commit.unwrap_or(fresh_consumer::defaults::DEFAULT_COMMIT_INTERVAL);
     let p = Arc::clone(&progress);
     let done = async move { p.all_done().await };
     let result = match variant {
@@ -103,7 +106,7 @@ async fn run_once(
                 let (p, out) = (Arc::clone(&p), out.clone());
                 async move {
                     p.started();
-                    let o = fresh_consumer::outputs().map_err(BatchError::new)?;
+                    let o = fresh_consumer::output::outputs().map_err(BatchError::new)?;
                     for r in batch.iter() {
                         o.send(send(&out, r)).await.map_err(BatchError::new)?;
                     }
@@ -131,7 +134,9 @@ async fn run_once(
                 async move {
                     p.started();
                     if with_outputs {
-                        fresh_consumer::outputs()?.send(send(&out, &r)).await?;
+                        fresh_consumer::output::outputs()?
+                            .send(send(&out, &r))
+                            .await?;
                     }
                     p.finished();
                     Ok::<(), BoxError>(())

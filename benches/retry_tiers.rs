@@ -48,8 +48,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fresh_consumer::dead_letter::RETRY_DUE;
-use fresh_consumer::{BoxError, OnExhausted, Record, RetryPolicy, RetryTopics};
+use fresh_consumer::failure::dead_letter::RETRY_DUE;
+use fresh_consumer::{
+    BoxError, OnExhausted, Record,
+    failure::{RetryPolicy, RetryTopics},
+};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;

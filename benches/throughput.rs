@@ -128,7 +128,7 @@ impl Setup {
             Variant::FreshTraceSampled => self.fresh(false, Some(true), Shape::Record).await,
             Variant::FreshKeyOrdered => self.fresh(true, None, Shape::KeyOrdered).await,
             Variant::FreshBatched => {
-                let max = fresh_consumer::DEFAULT_MAX_BATCH_RECORDS;
+                let max = fresh_consumer::defaults::DEFAULT_MAX_BATCH_RECORDS;
                 self.fresh(true, None, Shape::Batched(max)).await
             }
             Variant::FreshBatchOfOne => self.fresh(true, None, Shape::Batched(1)).await,
@@ -429,7 +429,7 @@ fn main() {
         let (lo_o, hi_o) = min_max(&one_rate);
         println!(
             "  batch handler (max_batch_records {}) over the per-record handler, metrics on: records/s {:.2} (min {lo_b:.2}, max {hi_b:.2}), CPU per record {:.2}; over raw {:.2}",
-            fresh_consumer::DEFAULT_MAX_BATCH_RECORDS,
+            fresh_consumer::defaults::DEFAULT_MAX_BATCH_RECORDS,
             median(&batched_rate),
             median(&batched_cpu),
             median(&batched_raw)

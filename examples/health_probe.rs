@@ -57,8 +57,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use fresh_consumer::{
-    ConsumerState, FreshConsumer, HealthHandle, HealthStatus, HealthThresholds, OnExhausted,
-    Record, RetryPolicy,
+    FreshConsumer, OnExhausted, Record,
+    failure::RetryPolicy,
+    health::{ConsumerState, HealthHandle, HealthStatus, HealthThresholds},
 };
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};

@@ -7,8 +7,9 @@
 //! ```
 use std::time::Duration;
 
+use fresh_consumer::failure::DeadLetter;
 use fresh_consumer::otlp::{self, OtlpConfig};
-use fresh_consumer::{BoxError, DeadLetter, FreshConsumer, OnExhausted, Record, permanent};
+use fresh_consumer::{BoxError, FreshConsumer, OnExhausted, Record, permanent};
 
 /// An order is a JSON object with an `id`. Return `Err` to have the record
 /// retried; nothing after it in its partition is committed until it

@@ -10,7 +10,7 @@
 //! runs three consumers: `invoicing` (orders -> invoices, 400 ms of work
 //! per record) and `paying` (invoices -> payments, 300 ms) send their
 //! outputs through the library (`FreshConsumer::outputs`,
-//! `fresh_consumer::outputs()`), so each output carries the origin time of
+//! `fresh_consumer::output::outputs()`), so each output carries the origin time of
 //! the order it came from; `booking` (payments, 200 ms) reads it with
 //! `origin_time(true)`. A fourth consumer, `booking-plain`, reads the same
 //! payments without it. It prints the event age each recorded
@@ -27,7 +27,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fresh_consumer::metrics::EVENT_AGE;
-use fresh_consumer::{BoxError, FreshConsumer, Handler, Output, OutputConfig, Record};
+use fresh_consumer::{
+    BoxError, FreshConsumer, Handler, Record,
+    output::{Output, OutputConfig},
+};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{
     InMemoryMetricExporter, PeriodicReader, SdkMeterProvider, Temporality,
@@ -53,7 +56,7 @@ fn hop(
         async move {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             if let Some(to) = to {
-                fresh_consumer::outputs()?
+                fresh_consumer::output::outputs()?
                     .send(
                         Output::to(to)
                             .key(r.key().unwrap_or_default())

@@ -49,9 +49,11 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fresh_consumer::dead_letter::DeadLetterRecord;
+use fresh_consumer::failure::dead_letter::DeadLetterRecord;
 use fresh_consumer::{
-    BoxError, DeadLetter, FreshConsumer, OnExhausted, Record, RetryPolicy, permanent,
+    BoxError, FreshConsumer, OnExhausted, Record,
+    failure::{DeadLetter, RetryPolicy},
+    permanent,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};

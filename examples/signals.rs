@@ -61,7 +61,10 @@ use fresh_consumer::metrics::{
     PROCESS_DURATION, REBALANCE_TYPE, REBALANCES, RETENTION_OVERRUN_MESSAGES,
 };
 use fresh_consumer::{
-    BoxError, FreshnessObjective, Handler, HealthReason, PartitionStatus, Record, RetryPolicy,
+    BoxError, Handler, Record,
+    failure::RetryPolicy,
+    health::{HealthReason, PartitionStatus},
+    slo::FreshnessObjective,
 };
 use signals_kit::{Broker, Metrics, Outcome, Running, StageError, Workload, watch};
 

@@ -249,7 +249,7 @@ impl<H> FreshConsumer<H> {
     /// With [`OnExhausted::RetryTopics`](crate::failure::OnExhausted::RetryTopics)
     /// the consumer also subscribes to every tier topic of every topic in
     /// [`topics`](Self::topics), in the same group, and handles tier
-    /// records with the same handler (see [`RetryTopics`](crate::RetryTopics)).
+    /// records with the same handler (see [`RetryTopics`](crate::failure::RetryTopics)).
     ///
     /// # Errors
     /// [`ConfigError::RetryTopics`] from [`validate`](Self::validate) and
@@ -278,15 +278,15 @@ impl<H> FreshConsumer<H> {
     /// and committed past). Counted in
     /// [`STALE_MESSAGES`](crate::metrics::STALE_MESSAGES),
     /// [`RunSummary::records_stale`] and as
-    /// [`SloResult::Stale`](crate::SloResult::Stale) against every
-    /// objective; see [`failure::stale`](crate::failure::stale). Defaults to
+    /// [`SloResult::Stale`](crate::slo::SloResult::Stale) against every
+    /// objective; see [`OnStale`](crate::failure::OnStale). Defaults to
     /// no maximum: every record is handled. A batch handler never sees a
     /// stale record: it is taken out of the batch, in offset order, before
     /// the call.
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use fresh_consumer::{FreshConsumer, OnStale, Record};
+    /// use fresh_consumer::{FreshConsumer, Record, failure::{OnStale}};
     /// # async fn handle(_r: Record) -> Result<(), std::io::Error> { Ok(()) }
     /// # async fn run() -> Result<(), fresh_consumer::RunError> {
     /// FreshConsumer::new(handle)
@@ -328,7 +328,7 @@ impl<H> FreshConsumer<H> {
     /// its threshold is counted exactly in
     /// [`SLO_MESSAGES`](crate::metrics::SLO_MESSAGES), its threshold becomes
     /// an event-age bucket boundary, and its compliance and burn rate are
-    /// evaluated in process ([`HealthSnapshot::objectives`](crate::HealthSnapshot::objectives)).
+    /// evaluated in process ([`HealthSnapshot::objectives`](crate::health::HealthSnapshot::objectives)).
     /// Call once per objective; none by default. See [`slo`](crate::slo).
     pub fn freshness_objective(mut self, objective: FreshnessObjective) -> Self {
         self.settings.objectives.push(objective);
@@ -478,7 +478,7 @@ impl<H> FreshConsumer<H> {
     }
 
     /// Lets the handler send records to Kafka through the library
-    /// ([`fresh_consumer::outputs()`](crate::outputs) inside a handler
+    /// ([`fresh_consumer::output::outputs()`](crate::output::outputs) inside a handler
     /// call; per-record and batch handlers alike), with one producer the
     /// library creates for it (only when this is called). Defaults to no
     /// outputs.
@@ -557,11 +557,11 @@ impl<H> FreshConsumer<H> {
     }
 
     /// A handle that pauses and resumes topics and partitions of the
-    /// consumer while it runs (see [`ControlHandle`](crate::ControlHandle)).
+    /// consumer while it runs (see [`ControlHandle`](crate::control::ControlHandle)).
     /// Get it before calling [`run_until`](Self::run_until); its calls
-    /// return [`ControlError::NotStarted`](crate::ControlError::NotStarted)
+    /// return [`ControlError::NotStarted`](crate::control::ControlError::NotStarted)
     /// until the run starts and
-    /// [`ControlError::Stopped`](crate::ControlError::Stopped) after it ends.
+    /// [`ControlError::Stopped`](crate::control::ControlError::Stopped) after it ends.
     pub fn control_handle(&self) -> crate::control::ControlHandle {
         self.settings.controls.handle()
     }

@@ -8,7 +8,7 @@
 //! polling, so heartbeats and `max.poll.interval.ms` are not at stake),
 //! librdkafka stops fetching the partition once its queue holds
 //! `max_buffered_records` records, and health reports the partition `ok`
-//! with [`HealthReason::PausedByApplication`](crate::HealthReason::PausedByApplication),
+//! with [`HealthReason::PausedByApplication`](crate::health::HealthReason::PausedByApplication),
 //! never stalled, however long the pause. A pause is kept by topic and
 //! partition, not by assignment: a partition of a paused topic assigned
 //! after a rebalance starts paused, and a paused partition handed back to

@@ -47,8 +47,8 @@ pub enum ConfigError {
     #[error("invalid retry topics")]
     RetryTopics(#[source] RetryTopicsError),
     /// A dead-letter producer property
-    /// ([`DeadLetter::producer_property`](crate::DeadLetter::producer_property),
-    /// also for [`RetryTopics`](crate::RetryTopics)' tier writes) that would
+    /// ([`DeadLetter::producer_property`](crate::failure::DeadLetter::producer_property),
+    /// also for [`RetryTopics`](crate::failure::RetryTopics)' tier writes) that would
     /// let the library commit past a record whose dead-letter or retry-tier
     /// write the brokers did not durably acknowledge, or that could not be
     /// written at all: `acks` other than `all`/`-1`, `enable.idempotence`
@@ -65,11 +65,11 @@ pub enum ConfigError {
         /// What the value would cost.
         reason: &'static str,
     },
-    /// An output producer property ([`OutputConfig::producer_property`](crate::OutputConfig::producer_property))
+    /// An output producer property ([`OutputConfig::producer_property`](crate::output::OutputConfig::producer_property))
     /// that would let a commit cover an output the brokers did not durably
     /// acknowledge (`acks` other than `all`/`-1`, `enable.idempotence` other
     /// than `true`, more than 5 requests in flight), or a `transactional.id`
-    /// (set [`OutputConfig::transactional_id`](crate::OutputConfig::transactional_id)
+    /// (set [`OutputConfig::transactional_id`](crate::output::OutputConfig::transactional_id)
     /// instead).
     #[error(
         "output producer property `{property}={value}` is refused: {reason}; the output producer always uses acks=all with enable.idempotence=true"
@@ -162,7 +162,7 @@ pub enum RunError {
     /// static member); completed work was committed first where possible.
     /// With transactional outputs, also a fenced or otherwise fatal output
     /// producer (another producer with the same
-    /// [`transactional_id`](crate::OutputConfig::transactional_id), a
+    /// [`transactional_id`](crate::output::OutputConfig::transactional_id), a
     /// zombie after a rebalance): then nothing was committed after the
     /// error, and the open transaction's outputs are never visible to a
     /// `read_committed` reader.

@@ -86,7 +86,7 @@
 mod clock;
 mod config;
 mod consumer;
-mod control;
+pub mod control;
 mod engine;
 mod error;
 pub mod failure;
@@ -118,36 +118,26 @@ pub mod trace;
 #[doc(hidden)]
 pub mod __bench;
 
-pub use config::{
-    DEFAULT_COMMIT_BATCH_RECORDS, DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_BUFFERED_RECORDS,
-    DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
-};
 pub use consumer::FreshConsumer;
-pub use control::{ControlError, ControlHandle, RateLimit};
-pub use error::{ConfigError, RetryTopicsError, RunError};
-pub use failure::dead_letter;
-pub use failure::{
-    DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_ERROR_MESSAGE_BYTES,
-    DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF, DEFAULT_STORM_MAX_FAILURE_RATIO,
-    DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, DeadLetter, DeadLetterHeaders, OnExhausted,
-    OnStale, Permanent, RetryPolicy, RetryTopics, StormGuard, TierNaming, permanent,
-};
-pub use handler::{
-    Batch, BatchError, BatchHandler, Batched, BoxError, DEFAULT_MAX_BATCH_RECORDS,
-    DEFAULT_MAX_BATCH_WAIT, Handler,
-};
-pub use health::{
-    ConsumerState, DEFAULT_LAG_GROWTH_WINDOW, DEFAULT_NO_SUCCESS_AFTER, DEFAULT_REPORT_EVENTS_FOR,
-    DEFAULT_STALL_AFTER, DEFAULT_STATISTICS_INTERVAL, HealthHandle, HealthReason, HealthSnapshot,
-    HealthStatus, HealthThresholds, PartitionReport, PartitionStatus, RetentionOverrunPolicy,
-};
+pub use error::{ConfigError, RunError};
+pub use failure::exhausted::OnExhausted;
+pub use failure::retry::permanent;
+pub use handler::{Batch, BatchError, BatchHandler, Batched, BoxError, Handler};
 pub use ordering::ProcessingOrder;
-pub use output::{Output, OutputConfig, outputs};
 pub use record::{Header, Record, RecordTimestamp};
 pub use signal::shutdown_signal;
-pub use slo::{FreshnessObjective, SloResult};
 pub use summary::{BlockedRecord, RunSummary, TopicPartition};
-pub use trace::ProducerContext;
+
+/// The consumer builder's defaults ([`FreshConsumer`]'s settings). The
+/// failure policies' defaults are in [`failure`], the health thresholds'
+/// in [`health`], the group monitor's in [`monitor`].
+pub mod defaults {
+    pub use crate::config::{
+        DEFAULT_COMMIT_BATCH_RECORDS, DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_BUFFERED_RECORDS,
+        DEFAULT_POLL_WARNING_RATIO, DEFAULT_REVOKE_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT,
+    };
+    pub use crate::handler::{DEFAULT_MAX_BATCH_RECORDS, DEFAULT_MAX_BATCH_WAIT};
+}
 
 /// The README's Rust example (the first service), compiled as a doctest
 /// (it uses the `otlp` module).

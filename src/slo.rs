@@ -16,7 +16,7 @@
 //! - adds the threshold to the event-age histogram's bucket boundaries, so a
 //!   histogram-based SLI is exact too;
 //! - evaluates compliance and burn rate over a short and a long rolling
-//!   window in process ([`HealthSnapshot::objectives`](crate::HealthSnapshot::objectives)),
+//!   window in process ([`HealthSnapshot::objectives`](crate::health::HealthSnapshot::objectives)),
 //!   and logs a warning while both windows burn budget faster than allowed.
 //!
 //! The in-process burn rate counts `late`, `dead_lettered`, `skipped` and
@@ -104,7 +104,7 @@ pub enum SloResult {
     /// Not handled: its event age was above
     /// [`max_record_age`](crate::FreshConsumer::max_record_age) when it
     /// reached the handler (skipped or written elsewhere, see
-    /// [`OnStale`](crate::OnStale)). Counted as bad by the in-process
+    /// [`OnStale`](crate::failure::OnStale)). Counted as bad by the in-process
     /// evaluation: the record was not processed fresh.
     Stale,
     /// Handler succeeded but the record has no usable event time.

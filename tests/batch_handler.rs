@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fresh_consumer::dead_letter as dlt;
+use fresh_consumer::failure::dead_letter as dlt;
 use fresh_consumer::metrics::{BATCH_MESSAGES, EVENT_AGE, PROCESS_DURATION};
 use fresh_consumer::{
-    Batch, BatchError, ConfigError, DeadLetter, FreshConsumer, OnExhausted, ProcessingOrder,
-    RetryPolicy, RunError,
+    Batch, BatchError, ConfigError, FreshConsumer, OnExhausted, ProcessingOrder, RunError,
+    failure::{DeadLetter, RetryPolicy},
 };
 
 use support::handled::Seen;

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use fresh_consumer::monitor::GroupMonitor;
-use fresh_consumer::{BoxError, HealthStatus, Record};
+use fresh_consumer::{BoxError, Record, health::HealthStatus};
 use support::kafka::TestCluster;
 use support::run::{start, wait_snapshot};
 use support::wait::WAIT;

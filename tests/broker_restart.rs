@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::monitor::GroupMonitor;
-use fresh_consumer::{HealthReason, HealthStatus, Record};
+use fresh_consumer::{
+    Record,
+    health::{HealthReason, HealthStatus},
+};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use support::kafka::{TestCluster, unique};
@@ -201,7 +204,7 @@ impl Sampler {
     }
 }
 
-fn unreachable_for(s: &fresh_consumer::HealthSnapshot) -> Option<Duration> {
+fn unreachable_for(s: &fresh_consumer::health::HealthSnapshot) -> Option<Duration> {
     s.reasons.iter().find_map(|r| match r {
         HealthReason::BrokersUnreachable { down_for } => Some(*down_for),
         _ => None,
@@ -269,7 +272,7 @@ impl MonitorLog {
 /// Returns (time to answer after the restart, time until healthy).
 async fn outage(
     dir: &Path,
-    health: &fresh_consumer::HealthHandle,
+    health: &fresh_consumer::health::HealthHandle,
     monitor: &MonitorLog,
     hold: Duration,
 ) -> (Duration, Duration) {

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use fresh_consumer::metrics::{ERROR_TYPE, SENT_MESSAGES};
 use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{
-    BoxError, DeadLetter, HealthReason, OnExhausted, Output, OutputConfig, Record, RetryPolicy,
+    BoxError, OnExhausted, Record,
+    failure::{DeadLetter, RetryPolicy},
+    health::HealthReason,
+    output::{Output, OutputConfig},
     permanent,
 };
 use support::cluster::{Cluster3, secs};
@@ -57,7 +60,7 @@ async fn writes_refused_for_want_of_in_sync_replicas_hold_the_commit_and_recover
                 if r.key() == Some(b"poison".as_slice()) {
                     return Err::<(), BoxError>(permanent("poison"));
                 }
-                fresh_consumer::outputs()?
+                fresh_consumer::output::outputs()?
                     .send(Output::to(&out).key(format!("{}/{}", r.partition(), r.offset())))
                     .await?;
                 Ok(())

@@ -24,7 +24,10 @@ use fresh_consumer::metrics::{
     ERROR_TYPE, MESSAGING_CONSUMER_GROUP_NAME, TRANSACTION_OUTCOME, TRANSACTIONS,
 };
 use fresh_consumer::testing::TestMetrics;
-use fresh_consumer::{BoxError, Output, OutputConfig, Record};
+use fresh_consumer::{
+    BoxError, Record,
+    output::{Output, OutputConfig},
+};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use support::cluster::{Cluster3, Flow, Handled, Sampler, acked_ends, read_committed, secs};
 use support::kafka::unique;
@@ -91,7 +94,7 @@ async fn the_transaction_coordinator_killed_mid_transaction_writes_every_output_
         move |r: Record| {
             let (handled, to) = (handled.clone(), to.clone());
             async move {
-                fresh_consumer::outputs()?
+                fresh_consumer::output::outputs()?
                     .send(
                         Output::to(&to)
                             .key(input_id(&r))

@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use fresh_consumer::health::Replication;
 use fresh_consumer::monitor::GroupMonitor;
-use fresh_consumer::{HealthReason, HealthStatus, Record};
+use fresh_consumer::{
+    Record,
+    health::{HealthReason, HealthStatus},
+};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;

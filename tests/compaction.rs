@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use fresh_consumer::HealthThresholds;
+use fresh_consumer::health::HealthThresholds;
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};

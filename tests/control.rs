@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::{
-    ControlError, HealthReason, HealthStatus, HealthThresholds, PartitionStatus, RateLimit, Record,
+    Record,
+    control::{ControlError, RateLimit},
+    health::{HealthReason, HealthStatus, HealthThresholds, PartitionStatus},
 };
 use support::handled::Seen;
 use support::kafka::{TestCluster, unique};

@@ -19,11 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle as ThreadHandle;
 use std::time::{Duration, Instant};
 
-use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
+use fresh_consumer::failure::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp;
 use fresh_consumer::{
-    DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryPolicy, StormGuard,
+    OnExhausted, Record, RecordTimestamp,
+    failure::{DeadLetter, DeadLetterHeaders, RetryPolicy, StormGuard},
     permanent,
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -807,7 +808,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
 /// the dead-letter topic empty while the source was committed past.
 #[tokio::test]
 async fn producer_properties_that_weaken_the_dead_letter_write_are_refused() {
-    use fresh_consumer::{ConfigError, FreshConsumer, RetryTopics, RunError};
+    use fresh_consumer::{ConfigError, FreshConsumer, RunError, failure::RetryTopics};
     let consumer = |policy: OnExhausted| {
         FreshConsumer::new(|_r: Record| ready(Ok::<(), std::io::Error>(())))
             .bootstrap_servers("127.0.0.1:1")

@@ -18,8 +18,12 @@ use std::time::{Duration, Instant};
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp;
 use fresh_consumer::{
-    ConsumerState, FreshConsumer, HealthReason, HealthStatus, HealthThresholds, OnExhausted,
-    PartitionStatus, Record, RetentionOverrunPolicy, RetryPolicy,
+    FreshConsumer, OnExhausted, Record,
+    failure::RetryPolicy,
+    health::{
+        ConsumerState, HealthReason, HealthStatus, HealthThresholds, PartitionStatus,
+        RetentionOverrunPolicy,
+    },
 };
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use rdkafka::producer::FutureRecord;

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::{
-    ConfigError, FreshConsumer, HealthReason, OnExhausted, ProcessingOrder, Record, RetryPolicy,
-    TopicPartition,
+    ConfigError, FreshConsumer, OnExhausted, ProcessingOrder, Record, TopicPartition,
+    failure::RetryPolicy, health::HealthReason,
 };
 use rdkafka::producer::FutureRecord;
 use support::kafka::TestCluster;

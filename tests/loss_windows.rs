@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fresh_consumer::{
-    BoxError, DeadLetter, OnExhausted, Record, RetryPolicy, RunSummary, StormGuard, permanent,
+    BoxError, OnExhausted, Record, RunSummary,
+    failure::{DeadLetter, RetryPolicy, StormGuard},
+    permanent,
 };
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::{TestCluster, unique};

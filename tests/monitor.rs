@@ -18,7 +18,7 @@ use fresh_consumer::monitor::{
     Diagnosis, GroupMonitor, HeadTimestamp, LagStatus, Monitor, MonitorError, MonitorHandle,
     MonitorReport, Scaling,
 };
-use fresh_consumer::{ConfigError, OnExhausted, Record, RetryPolicy, permanent};
+use fresh_consumer::{ConfigError, OnExhausted, Record, failure::RetryPolicy, permanent};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use rdkafka::producer::FutureRecord;
 use support::kafka::{TestCluster, now_ms, tp, unique};

@@ -1,5 +1,5 @@
 //! Issue 26, first slice: handler outputs (`FreshConsumer::outputs`,
-//! `fresh_consumer::outputs()`), the origin time they carry across hops,
+//! `fresh_consumer::output::outputs()`), the origin time they carry across hops,
 //! and `origin_time(true)` reading it back as the end-to-end age.
 //!
 //! `a_failed_delivery_fails_the_attempt_and_holds_the_commit` needs the
@@ -19,7 +19,10 @@ use fresh_consumer::metrics::{
 };
 use fresh_consumer::output::{ORIGIN_TIME_HEADER, OutputError, Outputs};
 use fresh_consumer::testing::TestMetrics;
-use fresh_consumer::{Batch, BatchError, BoxError, ConfigError, Output, OutputConfig, Record};
+use fresh_consumer::{
+    Batch, BatchError, BoxError, ConfigError, Record,
+    output::{Output, OutputConfig},
+};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use rdkafka::types::RDKafkaApiKey;
@@ -73,7 +76,7 @@ async fn outputs_arrive_with_the_origin_time_and_the_process_span_context() {
         let to = to.clone();
         async move {
             let payload = format!("out-{}", String::from_utf8_lossy(r.payload().unwrap()));
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(
                     Output::to(to)
                         .key(r.key().unwrap())
@@ -168,7 +171,7 @@ async fn a_failed_delivery_fails_the_attempt_and_holds_the_commit() {
         let (to, seen) = (to.clone(), Arc::clone(&seen));
         async move {
             *seen.lock().unwrap().entry(r.offset()).or_default() += 1;
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(Output::to(to).key(r.key().unwrap()).payload("out"))
                 .await?;
             Ok::<(), BoxError>(())
@@ -255,7 +258,7 @@ async fn a_fatal_output_producer_is_replaced() {
     let handler = move |r: Record| {
         let to = to.clone();
         async move {
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(Output::to(to).key(r.key().unwrap()))
                 .await?;
             Ok::<(), BoxError>(())
@@ -303,7 +306,7 @@ async fn concurrent_calls_under_key_order_each_get_their_own_handle() {
     let handler = move |r: Record| {
         let (to, bad) = (to.clone(), Arc::clone(&bad));
         async move {
-            let out = fresh_consumer::outputs()?;
+            let out = fresh_consumer::output::outputs()?;
             // Another key's call runs meanwhile on the same task.
             tokio::time::sleep(Duration::from_millis(20)).await;
             if out.origin_time_ms() != r.timestamp().millis() {
@@ -361,7 +364,7 @@ async fn batch_outputs_carry_the_oldest_origin_of_their_batch() {
     let handler = move |batch: Batch| {
         let (to, seen) = (to.clone(), Arc::clone(&seen));
         async move {
-            let out = fresh_consumer::outputs().map_err(BatchError::new)?;
+            let out = fresh_consumer::output::outputs().map_err(BatchError::new)?;
             let stamps = batch
                 .iter()
                 .map(|r| r.timestamp().millis().unwrap())
@@ -444,7 +447,7 @@ async fn three_hops_end_to_end_age_is_at_least_the_sum_of_their_delays() {
             let to = to.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
-                fresh_consumer::outputs()?
+                fresh_consumer::output::outputs()?
                     .send(Output::to(to).key(r.key().unwrap()))
                     .await?;
                 Ok::<(), BoxError>(())
@@ -611,7 +614,7 @@ async fn misuse_gets_typed_errors() {
     let handler = move |_r: Record| {
         let (keep, empties) = (Arc::clone(&keep), Arc::clone(&empties));
         async move {
-            let out = fresh_consumer::outputs()?;
+            let out = fresh_consumer::output::outputs()?;
             if let Err(OutputError::EmptyTopic) = out.send(Output::to("")).await {
                 empties.fetch_add(1, Ordering::Relaxed);
             }
@@ -633,7 +636,7 @@ async fn misuse_gets_typed_errors() {
         Err(OutputError::CallEnded)
     ));
     assert!(matches!(
-        fresh_consumer::outputs(),
+        fresh_consumer::output::outputs(),
         Err(OutputError::OutsideHandler)
     ));
     assert_eq!(cluster.read_topic(&out_topic, 1).await.len(), 0);

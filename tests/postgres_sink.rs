@@ -43,7 +43,8 @@ use fresh_consumer::metrics::{
     PROCESS_DURATION,
 };
 use fresh_consumer::{
-    FreshConsumer, HealthHandle, HealthReason, HealthThresholds, PartitionStatus,
+    FreshConsumer,
+    health::{HealthHandle, HealthReason, HealthThresholds, PartitionStatus},
 };
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{
@@ -842,7 +843,7 @@ async fn watch_health(health: &HealthHandle, topic: &str, until: Instant, seen: 
             {
                 seen.head_aged = Some(now);
             }
-            let lagging = |p: &&fresh_consumer::PartitionReport| {
+            let lagging = |p: &&fresh_consumer::health::PartitionReport| {
                 p.status == PartitionStatus::Warn
                     && p.reasons
                         .iter()

@@ -17,10 +17,12 @@ use fresh_consumer::testing::TestMetrics;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fresh_consumer::dead_letter::{self as dlt, DeadLetterRecord};
+use fresh_consumer::failure::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
 use fresh_consumer::{
-    DeadLetter, DeadLetterHeaders, OnExhausted, Record, RecordTimestamp, RetryTopics, permanent,
+    OnExhausted, Record, RecordTimestamp,
+    failure::{DeadLetter, DeadLetterHeaders, RetryTopics},
+    permanent,
 };
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;

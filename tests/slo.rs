@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fresh_consumer::metrics::*;
 use fresh_consumer::otlp::{self, OtlpConfig};
-use fresh_consumer::{FreshnessObjective, Record};
+use fresh_consumer::{Record, slo::FreshnessObjective};
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
 use support::metrics::{partition_attrs, with};

@@ -16,11 +16,12 @@ use fresh_consumer::testing::TestMetrics;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fresh_consumer::dead_letter::DeadLetterRecord;
+use fresh_consumer::failure::dead_letter::DeadLetterRecord;
 use fresh_consumer::metrics::*;
 use fresh_consumer::{
-    Batch, BatchError, ConfigError, DeadLetter, FreshConsumer, FreshnessObjective, OnExhausted,
-    OnStale, Record, RetryTopics, SloResult,
+    Batch, BatchError, ConfigError, FreshConsumer, OnExhausted, Record,
+    failure::{DeadLetter, OnStale, RetryTopics},
+    slo::{FreshnessObjective, SloResult},
 };
 
 use support::handled::Seen;

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::{PARTITION_STATUS, STATUS};
 use fresh_consumer::{
-    ConsumerState, HealthReason, HealthStatus, HealthThresholds, PartitionStatus, Record,
+    Record,
+    health::{ConsumerState, HealthReason, HealthStatus, HealthThresholds, PartitionStatus},
 };
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use rdkafka::ClientConfig;

@@ -14,7 +14,10 @@ use fresh_consumer::testing::{
     TestKafka, TestMetrics, TestRecord, TestingError, spawn, wait_until,
 };
 use fresh_consumer::{
-    BoxError, DeadLetter, FreshnessObjective, OnExhausted, OnStale, Record, permanent,
+    BoxError, OnExhausted, Record,
+    failure::{DeadLetter, OnStale},
+    permanent,
+    slo::FreshnessObjective,
 };
 
 const DEADLINE: Duration = Duration::from_secs(20);

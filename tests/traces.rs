@@ -18,7 +18,11 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::TRACE_CONTEXT_MALFORMED;
 use fresh_consumer::otlp::OtlpConfig;
-use fresh_consumer::{DeadLetter, OnExhausted, ProducerContext, Record, RetryPolicy};
+use fresh_consumer::{
+    OnExhausted, Record,
+    failure::{DeadLetter, RetryPolicy},
+    trace::ProducerContext,
+};
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider};

@@ -25,7 +25,11 @@ use std::time::{Duration, Instant};
 use fresh_consumer::metrics::{ERROR_TYPE, TRANSACTIONS};
 use fresh_consumer::output::OutputError;
 use fresh_consumer::testing::TestMetrics;
-use fresh_consumer::{BoxError, Output, OutputConfig, Record, RetryPolicy};
+use fresh_consumer::{
+    BoxError, Record,
+    failure::RetryPolicy,
+    output::{Output, OutputConfig},
+};
 use rdkafka::ClientConfig;
 use rdkafka::mocking::MockCoordinator;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -74,7 +78,7 @@ fn child_aborting_transformer() {
     let handler = move |r: Record| {
         let (to, failed) = (to.clone(), Arc::clone(&failed));
         async move {
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(
                     Output::to(&to)
                         .key(format!("{}/{}", r.partition(), r.offset()))
@@ -249,7 +253,7 @@ fn one_output_each(to: &str) -> impl fresh_consumer::Handler + Clone {
     move |r: Record| {
         let to = to.clone();
         async move {
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
                 .await?;
             Ok::<(), BoxError>(())
@@ -329,7 +333,7 @@ async fn sends_refused_by_a_failed_transaction_are_not_attempts() {
         async move {
             // A record's outputs are written while the next records run.
             tokio::time::sleep(Duration::from_millis(5)).await;
-            let sent = fresh_consumer::outputs()?
+            let sent = fresh_consumer::output::outputs()?
                 .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
                 .await;
             if let Err(OutputError::TransactionFailed { .. }) = &sent {
@@ -499,7 +503,7 @@ async fn a_send_offsets_stuck_on_a_lost_group_coordinator_is_given_up() {
     );
     let committed = |want: i64| {
         let topic = topic.clone();
-        move |s: &fresh_consumer::HealthSnapshot| {
+        move |s: &fresh_consumer::health::HealthSnapshot| {
             s.partition(&topic, 0)
                 .is_some_and(|r| r.committed_offset == Some(want))
         }
@@ -579,7 +583,7 @@ async fn a_worker_rewound_after_its_partitions_were_lost_takes_nothing_from_the_
     let handler = move |r: Record| {
         let (to, s) = (to.clone(), Arc::clone(&s));
         async move {
-            fresh_consumer::outputs()?
+            fresh_consumer::output::outputs()?
                 .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
                 .await?;
             s.lock().unwrap().insert((r.partition(), r.offset()));
@@ -733,7 +737,7 @@ async fn abort_with_the_transaction_coordinator_down(stop_while_down: bool) {
                 Arc::clone(&failed_once),
             );
             async move {
-                fresh_consumer::outputs()?
+                fresh_consumer::output::outputs()?
                     .send(Output::to(&to).key(format!("{}/{}", r.partition(), r.offset())))
                     .await?;
                 if r.offset() == 10 && !failed_once.swap(true, Ordering::AcqRel) {

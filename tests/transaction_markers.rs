@@ -14,7 +14,7 @@ mod support;
 
 use std::time::Duration;
 
-use fresh_consumer::HealthThresholds;
+use fresh_consumer::health::HealthThresholds;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use support::handled::Seen;
 use support::kafka::{TestCluster, unique};

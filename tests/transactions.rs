@@ -27,7 +27,8 @@ use fresh_consumer::metrics::{
 };
 use fresh_consumer::testing::TestMetrics;
 use fresh_consumer::{
-    BoxError, ConfigError, FreshConsumer, Output, OutputConfig, ProcessingOrder, Record, RunError,
+    BoxError, ConfigError, FreshConsumer, ProcessingOrder, Record, RunError,
+    output::{Output, OutputConfig},
 };
 use support::child::{self, ChildProcess};
 use support::kafka::{TestCluster, read_committed};
@@ -43,7 +44,7 @@ fn input_id(r: &Record) -> String {
 /// A handler writing one output per input to `to`, keyed by the input's
 /// `partition/offset`.
 async fn transform(to: &str, r: &Record) -> Result<(), BoxError> {
-    fresh_consumer::outputs()?
+    fresh_consumer::output::outputs()?
         .send(
             Output::to(to)
                 .key(input_id(r))

@@ -53,8 +53,10 @@ use std::time::Duration;
 
 use fresh_consumer::otlp::{self, OtlpConfig};
 use fresh_consumer::{
-    DeadLetter, FreshConsumer, HealthThresholds, OnExhausted, Output, OutputConfig, Record,
-    RetryTopics,
+    FreshConsumer, OnExhausted, Record,
+    failure::{DeadLetter, RetryTopics},
+    health::HealthThresholds,
+    output::{Output, OutputConfig},
 };
 
 use super::{TIERS, is_poison, now_ms, parse_payload};
@@ -210,7 +212,7 @@ async fn run_async(args: ChildArgs) {
                     return Err(Poison.into());
                 }
                 if let Some(out) = &out_topic {
-                    fresh_consumer::outputs()?
+                    fresh_consumer::output::outputs()?
                         .send(Output::to(out.as_str()).key(key.as_str()).payload(format!(
                             "{key} {seq} {} {} {}",
                             record.topic(),

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use fresh_consumer::dead_letter::DeadLetterRecord;
+use fresh_consumer::failure::dead_letter::DeadLetterRecord;
 use fresh_consumer::{BoxError, Record, RecordTimestamp};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;

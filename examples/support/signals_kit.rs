@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fresh_consumer::{
-    FreshConsumer, Handler, HealthHandle, HealthSnapshot, HealthThresholds, RunError, RunSummary,
+    FreshConsumer, Handler, RunError, RunSummary,
+    health::{HealthHandle, HealthSnapshot, HealthThresholds},
 };
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData};

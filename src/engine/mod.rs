@@ -19,7 +19,7 @@
 //!   and the origin-time header.
 //! - [`failure`](crate::failure): retry policy and backoff, the exhausted-record decision
 //!   with the storm guard, dead letters (config, writer, reader).
-//! - [`health`](crate::health): thresholds, reports, the hub behind [`HealthHandle`](crate::HealthHandle), the
+//! - [`health`](crate::health): thresholds, reports, the hub behind [`HealthHandle`](crate::health::HealthHandle), the
 //!   status rules, the gauges; it reads the engine only through traits it
 //!   defines.
 //! - [`metrics`](crate::metrics): the metric and attribute names, the instruments, the
@@ -32,7 +32,7 @@
 //!   the engine.
 //! - Leaves: `record.rs` ([`Record`](crate::Record) and the one event-time rule),
 //!   `clock.rs`, `handler.rs`, `ordering.rs`, [`slo`](crate::slo), `summary.rs`,
-//!   `error.rs`, `control.rs` ([`ControlHandle`](crate::ControlHandle): pauses set by the
+//!   `error.rs`, `control.rs` ([`ControlHandle`](crate::control::ControlHandle): pauses set by the
 //!   application).
 //!
 //! The data path, file by file:

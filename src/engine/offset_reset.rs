@@ -12,7 +12,7 @@
 //!    partition an explicit start: the committed offset when it is in range;
 //!    the user's `auto.offset.reset` (`earliest` by default) when there is
 //!    none; and, when it is out of range, what
-//!    [`RetentionOverrunPolicy`](crate::RetentionOverrunPolicy) says, after
+//!    [`RetentionOverrunPolicy`](crate::health::RetentionOverrunPolicy) says, after
 //!    counting and logging the overrun.
 //! 2. **While running**, a partition whose fetch position falls out of range
 //!    (the consumer fell behind retention, or a read at assignment failed)

@@ -2,7 +2,7 @@
 //! for redrive.
 //!
 //! A dead-lettered record keeps the original key, payload and headers, and
-//! gets these headers (with [`DeadLetterHeaders::Native`], every value is
+//! gets these headers (with [`DeadLetterHeaders::Native`](crate::failure::DeadLetterHeaders::Native), every value is
 //! UTF-8 text; integers in decimal):
 //!
 //! | header | value |
@@ -15,12 +15,12 @@
 //! | [`GROUP`] | consumer group (`group.id`) |
 //! | [`ATTEMPTS`] | handler attempts made |
 //! | [`ERROR_TYPE`] | `handler_error`, `panic`, `timeout`, `output_error` or `permanent` |
-//! | [`ERROR_MESSAGE`] | the last error's message (and its sources), capped at [`DeadLetter::max_error_message_bytes`] |
+//! | [`ERROR_MESSAGE`] | the last error's message (and its sources), capped at [`DeadLetter::max_error_message_bytes`](crate::failure::DeadLetter::max_error_message_bytes) |
 //! | [`FIRST_FAILURE`] | first failed attempt, ms since the Unix epoch |
 //! | [`LAST_FAILURE`] | last failed attempt, ms since the Unix epoch |
-//! | [`RETRY_HISTORY`] | with [`RetryTopics`](crate::RetryTopics): every failed stop so far, `topic:ms:error_type` entries joined by `,` (source first, then each tier) |
+//! | [`RETRY_HISTORY`] | with [`RetryTopics`](crate::failure::RetryTopics): every failed stop so far, `topic:ms:error_type` entries joined by `,` (source first, then each tier) |
 //!
-//! A record written to a retry tier ([`RetryTopics`](crate::RetryTopics))
+//! A record written to a retry tier ([`RetryTopics`](crate::failure::RetryTopics))
 //! carries the same headers (the source fields always describe the
 //! **original** record, however many tiers it went through; [`ATTEMPTS`]
 //! counts every attempt so far), plus:
@@ -30,7 +30,7 @@
 //! | [`RETRY_TIER`] | the tier it was written to, from 1 |
 //! | [`RETRY_DUE`] | when it may be handled again, ms since the Unix epoch: the tier record's timestamp (its write time, `CreateTime`) plus the tier's delay |
 //!
-//! With [`DeadLetterHeaders::SpringKafka`], the source fields use Spring
+//! With [`DeadLetterHeaders::SpringKafka`](crate::failure::DeadLetterHeaders::SpringKafka), the source fields use Spring
 //! Kafka's names and encodings instead ([`SPRING_TOPIC`], ...: partition as a
 //! 4-byte, offset and timestamp as 8-byte big-endian integers, timestamp type
 //! `CREATE_TIME`/`LOG_APPEND_TIME`, error type in `kafka_dlt-exception-fqcn`);
@@ -41,8 +41,8 @@
 //! back once and as the library wrote it. The other style's headers are the
 //! original record's own: a record redriven from a Spring Kafka dead-letter
 //! topic (or carrying forged `kafka_dlt-original-*` headers) keeps them, and
-//! they never change its origin under [`DeadLetterHeaders::Native`] (nor
-//! `fresh_consumer.dlt.*` headers under [`DeadLetterHeaders::SpringKafka`]).
+//! they never change its origin under [`DeadLetterHeaders::Native`](crate::failure::DeadLetterHeaders::Native) (nor
+//! `fresh_consumer.dlt.*` headers under [`DeadLetterHeaders::SpringKafka`](crate::failure::DeadLetterHeaders::SpringKafka)).
 //! [`DeadLetterRecord::from_record`] reads the style the library wrote, its
 //! headers coming after the original ones;
 //! [`DeadLetterRecord::from_record_with`] reads one given style.
@@ -56,15 +56,19 @@
 //! record's last attempt, in place of the original headers of those names,
 //! so a redriven record continues that trace.
 
-mod config;
-mod headers;
+pub(super) mod config;
+pub(super) mod headers;
 mod origin;
 mod record;
 mod writer;
 
 pub(crate) use config::weakens_delivery;
-pub use config::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter};
-pub use headers::*;
+pub use headers::{
+    ATTEMPTS, ERROR_MESSAGE, ERROR_TYPE, FIRST_FAILURE, GROUP, LAST_FAILURE, OFFSET, PARTITION,
+    RETRY_DUE, RETRY_HISTORY, RETRY_TIER, SPRING_EXCEPTION_FQCN, SPRING_EXCEPTION_MESSAGE,
+    SPRING_GROUP, SPRING_OFFSET, SPRING_PARTITION, SPRING_TIMESTAMP, SPRING_TIMESTAMP_TYPE,
+    SPRING_TOPIC, TIMESTAMP, TIMESTAMP_TYPE, TOPIC,
+};
 pub(crate) use origin::{Destination, Origin};
 pub use record::{DeadLetterRecord, FailedStop, NotDeadLetter, parse_history};
 pub(crate) use writer::{DeadLetterWriter, FailureInfo, inherited};

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::failure::dead_letter::{DeadLetter, DeadLetterWriter};
+use crate::failure::dead_letter::DeadLetterWriter;
+use crate::failure::dead_letter::config::DeadLetter;
 use crate::failure::retry_topics::{RetryTopics, TierOf, TierPlan};
 use crate::metrics::instruments::Instruments;
 

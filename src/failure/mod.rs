@@ -6,7 +6,7 @@
 //! either succeeded or been durably parked. Retries back off without blocking
 //! other partitions or the poll loop.
 //!
-//! When the attempts run out (or the handler returned a [`permanent`] error),
+//! When the attempts run out (or the handler returned a [`permanent`](crate::permanent) error),
 //! [`OnExhausted`] decides:
 //! - [`OnExhausted::Block`] (the default): the partition stops at the record,
 //!   keeps retrying at the capped backoff, stays a group member, and reports
@@ -28,26 +28,27 @@
 //! A record that is too old to be worth handling never reaches the handler
 //! with a stale-record policy ([`OnStale`], set with
 //! [`FreshConsumer::max_record_age`](crate::FreshConsumer::max_record_age)):
-//! see [`stale`].
+//! see [`OnStale`].
 
 pub mod dead_letter;
-mod exhausted;
+pub(crate) mod exhausted;
 pub(crate) mod producer;
-mod retry;
+pub(crate) mod retry;
 mod retry_topics;
-pub mod stale;
+pub(crate) mod stale;
 
-pub use dead_letter::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter, DeadLetterHeaders};
+pub use crate::error::RetryTopicsError;
+pub use dead_letter::config::{DEFAULT_MAX_ERROR_MESSAGE_BYTES, DeadLetter};
+pub use dead_letter::headers::DeadLetterHeaders;
 pub(crate) use dead_letter::{inherited as inherited_by_producers, weakens_delivery};
 pub use exhausted::{
-    DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, OnExhausted,
-    StormGuard,
+    DEFAULT_STORM_MAX_FAILURE_RATIO, DEFAULT_STORM_MIN_RECORDS, DEFAULT_STORM_WINDOW, StormGuard,
 };
-pub(crate) use exhausted::{Decision, Exhausted};
+pub(crate) use exhausted::{Decision, Exhausted, OnExhausted};
 pub(crate) use retry::is_permanent;
 pub use retry::{
     DEFAULT_JITTER, DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_INITIAL_BACKOFF, DEFAULT_RETRY_MAX_BACKOFF,
-    Permanent, RetryPolicy, permanent,
+    Permanent, RetryPolicy,
 };
 pub(crate) use retry_topics::TierPlan;
 pub use retry_topics::{DEFAULT_RETRY_TOPIC_SUFFIX, RetryTopics, TierNaming};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::RetryTopicsError;
-use crate::failure::dead_letter::DeadLetter;
+use crate::failure::dead_letter::config::DeadLetter;
 
 /// How the tier topics are named, from the source topic `orders` and the
 /// suffix (default `.retry`).
@@ -34,9 +34,9 @@ pub const DEFAULT_RETRY_TOPIC_SUFFIX: &str = ".retry";
 ///
 /// A record whose handler fails on a source topic is retried in place
 /// [`in_place_retries`](Self::in_place_retries) times (0 by default, with
-/// the [`RetryPolicy`](crate::RetryPolicy)'s backoff), then written to the
+/// the [`RetryPolicy`](crate::failure::RetryPolicy)'s backoff), then written to the
 /// first tier topic with the headers of the
-/// [`dead_letter`](crate::dead_letter) contract (original topic, partition,
+/// [`dead_letter`](crate::failure::dead_letter) contract (original topic, partition,
 /// offset, timestamp, group, attempts, error) plus the tier, its due time
 /// and the tier history. Only after the broker acknowledged that write does
 /// the source offset become committable, so the source partition moves on
@@ -111,7 +111,7 @@ impl RetryTopics {
 
     /// Retries in place on the source topic after the first failed attempt,
     /// before the record goes to the first tier; 0 (the default) sends it
-    /// on its first failure. Replaces [`RetryPolicy::max_attempts`](crate::RetryPolicy::max_attempts)
+    /// on its first failure. Replaces [`RetryPolicy::max_attempts`](crate::failure::RetryPolicy::max_attempts)
     /// for source records (which get `1 + retries` attempts); the
     /// policy's backoff and jitter still apply between them. A tier record
     /// gets one attempt per tier.

@@ -1,27 +1,5 @@
 //! Records too old to be worth handling: the stale-record policy
 //! ([`FreshConsumer::max_record_age`](crate::FreshConsumer::max_record_age)).
-//!
-//! A record whose event age (now minus its event time: the Kafka
-//! timestamp, or the [event-time header](crate::FreshConsumer::event_time_header))
-//! is above the configured maximum **when it reaches the handler** is not
-//! handed to the handler. [`OnStale`] says what happens to it instead:
-//! committed past, or written to the dead-letter topic or a topic of its
-//! own (and committed past once the broker acknowledged the write). Either
-//! way it is counted in
-//! [`STALE_MESSAGES`](crate::metrics::STALE_MESSAGES), in
-//! [`RunSummary::records_stale`](crate::RunSummary::records_stale) and
-//! against every freshness objective as
-//! [`SloResult::Stale`](crate::SloResult::Stale), and each run of
-//! consecutive stale records of a partition is logged twice: once at its
-//! first record (WARN) and once when the next fresh record ends it (INFO).
-//!
-//! A record without a usable event time is never stale (its age is
-//! unknown), nor is one stamped later than the consumer's clock. Records
-//! read back from a retry tier ([`RetryTopics`](crate::RetryTopics)) carry
-//! their original record's event time and are not checked unless
-//! [`stale_retry_tier_records`](crate::FreshConsumer::stale_retry_tier_records)
-//! asks for it: a record the handler already took on is not dropped for
-//! the time its retries took.
 
 use std::time::Duration;
 
@@ -32,6 +10,28 @@ use crate::record::EventTime;
 /// What happens to a stale record: one whose event age is above
 /// [`max_record_age`](crate::FreshConsumer::max_record_age) when it reaches
 /// the handler. The handler is never called for it.
+///
+/// A record whose event age (now minus its event time: the Kafka
+/// timestamp, or the [event-time header](crate::FreshConsumer::event_time_header))
+/// is above the configured maximum **when it reaches the handler** is not
+/// handed to the handler. `OnStale` says what happens to it instead:
+/// committed past, or written to the dead-letter topic or a topic of its
+/// own (and committed past once the broker acknowledged the write). Either
+/// way it is counted in
+/// [`STALE_MESSAGES`](crate::metrics::STALE_MESSAGES), in
+/// [`RunSummary::records_stale`](crate::RunSummary::records_stale) and
+/// against every freshness objective as
+/// [`SloResult::Stale`](crate::slo::SloResult::Stale), and each run of
+/// consecutive stale records of a partition is logged twice: once at its
+/// first record (WARN) and once when the next fresh record ends it (INFO).
+///
+/// A record without a usable event time is never stale (its age is
+/// unknown), nor is one stamped later than the consumer's clock. Records
+/// read back from a retry tier ([`RetryTopics`](crate::failure::RetryTopics)) carry
+/// their original record's event time and are not checked unless
+/// [`stale_retry_tier_records`](crate::FreshConsumer::stale_retry_tier_records)
+/// asks for it: a record the handler already took on is not dropped for
+/// the time its retries took.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnStale {
@@ -41,7 +41,7 @@ pub enum OnStale {
     Skip,
     /// Write the record to its dead-letter topic (the topic of
     /// [`OnExhausted::DeadLetter`](crate::OnExhausted::DeadLetter) or of
-    /// [`RetryTopics`](crate::RetryTopics) when one is configured, with its
+    /// [`RetryTopics`](crate::failure::RetryTopics) when one is configured, with its
     /// header style and producer properties; `<source topic>.dlt` with the
     /// library's headers otherwise), then commit past it once the broker
     /// acknowledged the write. Its dead-letter headers say why: error type

@@ -161,7 +161,7 @@ pub enum HealthReason {
         error: String,
     },
     /// The application paused the partition (or its topic) through a
-    /// [`ControlHandle`](crate::ControlHandle): its records wait on purpose,
+    /// [`ControlHandle`](crate::control::ControlHandle): its records wait on purpose,
     /// so it is neither stalled nor short of successes however long the
     /// pause lasts, and its lag may grow without a warning. Healthy: the
     /// partition reads `ok` with this reason.

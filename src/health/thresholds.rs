@@ -64,7 +64,7 @@ impl RetentionOverrunPolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use fresh_consumer::HealthThresholds;
+/// use fresh_consumer::health::HealthThresholds;
 ///
 /// let t = HealthThresholds::default()
 ///     .with_stall_after(Duration::from_secs(30))

@@ -197,7 +197,7 @@ pub const SKIPPED_MESSAGES: &str = "fresh_consumer.skipped.messages";
 /// Stale records: records whose event age was above
 /// [`max_record_age`](crate::FreshConsumer::max_record_age) when they
 /// reached the handler, and that were not handed to it (see
-/// [`failure::stale`](crate::failure::stale)). A skipped record is counted
+/// [`OnStale`](crate::failure::OnStale)). A skipped record is counted
 /// when it is committable; a written one once the broker acknowledged the
 /// write (its sends are in [`SENT_MESSAGES`] too).
 ///
@@ -263,7 +263,7 @@ pub const PARTITION_BLOCKED: &str = "fresh_consumer.partition.blocked";
 pub const SENT_MESSAGES: &str = "messaging.client.sent.messages";
 
 /// Kafka transactions of transactional outputs
-/// ([`OutputConfig::transactional_id`](crate::OutputConfig::transactional_id)),
+/// ([`OutputConfig::transactional_id`](crate::output::OutputConfig::transactional_id)),
 /// counted when each ended: one per commit cycle that had outputs or input
 /// offsets to commit.
 ///
@@ -410,7 +410,7 @@ pub const PARTITION_STALL_AGE: &str = "fresh_consumer.partition.stall.age";
 /// The partition's status as a state set: one point per status value of
 /// [`STATUS`] (`ok`, `warn`, `stall`, `stop`, `rewind`), 1 for the current
 /// one and 0 for the others (see
-/// [`PartitionStatus`](crate::PartitionStatus)).
+/// [`PartitionStatus`](crate::health::PartitionStatus)).
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -420,7 +420,7 @@ pub const PARTITION_STATUS: &str = "fresh_consumer.partition.status";
 /// Records deleted by retention before the group processed them: the log
 /// start offset minus the offset the partition was to continue at, counted
 /// once per detection (see
-/// [`RetentionOverrunPolicy`](crate::RetentionOverrunPolicy)).
+/// [`RetentionOverrunPolicy`](crate::health::RetentionOverrunPolicy)).
 ///
 /// | instrument | unit | attributes |
 /// |---|---|---|
@@ -531,7 +531,7 @@ pub const REBALANCE_TYPE: &str = "fresh_consumer.rebalance.type";
 pub const SCALE_HOLD_REASON: &str = "fresh_consumer.scale.hold.reason";
 
 /// Attribute `fresh_consumer.retry.tier`: a retry tier, from `1` (see
-/// [`RetryTopics`](crate::RetryTopics)). Part of the partition attributes
+/// [`RetryTopics`](crate::failure::RetryTopics)). Part of the partition attributes
 /// of a tier topic's partitions (so the event age, SLO counts and every
 /// other per-partition metric of records handled from a tier say which
 /// tier; absent on source topics), and the tier written to in
@@ -539,7 +539,7 @@ pub const SCALE_HOLD_REASON: &str = "fresh_consumer.scale.hold.reason";
 pub const RETRY_TIER: &str = "fresh_consumer.retry.tier";
 
 /// Attribute `fresh_consumer.stale.action`: what happened to a stale record,
-/// `skip`, `dead_letter` or `topic` ([`OnStale`](crate::OnStale)).
+/// `skip`, `dead_letter` or `topic` ([`OnStale`](crate::failure::OnStale)).
 pub const STALE_ACTION: &str = "fresh_consumer.stale.action";
 
 /// Attribute `fresh_consumer.dead_letter.topic`: the dead-letter topic.

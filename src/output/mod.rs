@@ -7,10 +7,10 @@
 //! batch), [`outputs()`] returns the call's [`Outputs`] handle:
 //!
 //! ```no_run
-//! use fresh_consumer::{BoxError, FreshConsumer, Output, OutputConfig, Record};
+//! use fresh_consumer::{BoxError, FreshConsumer, Record, output::{Output, OutputConfig}};
 //!
 //! async fn invoice(order: Record) -> Result<(), BoxError> {
-//!     let out = fresh_consumer::outputs()?;
+//!     let out = fresh_consumer::output::outputs()?;
 //!     out.send(
 //!         Output::to("invoices")
 //!             .key(order.key().unwrap_or_default())

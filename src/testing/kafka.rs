@@ -337,7 +337,7 @@ impl TestKafka {
     }
 
     /// The records of a dead-letter or retry-tier topic, with where they
-    /// came from and why they failed (see [`crate::dead_letter`]).
+    /// came from and why they failed (see [`crate::failure::dead_letter`]).
     ///
     /// # Errors
     /// As [`read_topic`](Self::read_topic), and

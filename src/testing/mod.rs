@@ -14,7 +14,7 @@
 //!   existing cluster ([`TestKafka::connect`], [`TestKafka::from_env`]), so
 //!   the same test runs on both. Creates topics, produces
 //!   [`TestRecord`]s, reads topics back as [`Record`](crate::Record)s or
-//!   [`DeadLetterRecord`](crate::dead_letter::DeadLetterRecord)s, reads and
+//!   [`DeadLetterRecord`](crate::failure::dead_letter::DeadLetterRecord)s, reads and
 //!   waits for a group's committed offsets, and configures a consumer for
 //!   it ([`TestKafka::consumer`]). [`TestKafka::mock_cluster`] hands out
 //!   rdkafka's [`MockCluster`](rdkafka::mocking::MockCluster) for fault
@@ -23,7 +23,7 @@
 //!   OpenTelemetry SDK's in-memory exporter); read counters, histograms and
 //!   gauges back by name and attributes after [`TestMetrics::flush`].
 //! - [`Running`]: a consumer spawned with [`spawn`], its
-//!   [`HealthHandle`](crate::HealthHandle) readable while it runs, stopped
+//!   [`HealthHandle`](crate::health::HealthHandle) readable while it runs, stopped
 //!   with [`Running::stop`] for its [`RunSummary`](crate::RunSummary).
 //!   [`wait_until`] waits for a condition with a deadline (never a fixed
 //!   sleep).
@@ -37,7 +37,7 @@
 //! use std::time::Duration;
 //! use fresh_consumer::metrics::{MESSAGING_DESTINATION_NAME, SLO_MESSAGES, SLO_RESULT};
 //! use fresh_consumer::testing::{TestKafka, TestMetrics, TestRecord, spawn};
-//! use fresh_consumer::{FreshnessObjective, Record, permanent};
+//! use fresh_consumer::{Record, permanent, slo::{FreshnessObjective}};
 //!
 //! /// Counts an order; an order without a payload can never succeed.
 //! async fn count_order(record: Record) -> Result<(), fresh_consumer::BoxError> {

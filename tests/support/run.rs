@@ -5,7 +5,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use fresh_consumer::{FreshConsumer, Handler, HealthHandle, HealthSnapshot, RunError, RunSummary};
+use fresh_consumer::{
+    FreshConsumer, Handler, RunError, RunSummary,
+    health::{HealthHandle, HealthSnapshot},
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -92,9 +95,9 @@ pub async fn assert_caught_up_for(health: &HealthHandle, topic: &str, period: Du
         assert_eq!(
             (p.status, p.lag, s.status),
             (
-                fresh_consumer::PartitionStatus::Ok,
+                fresh_consumer::health::PartitionStatus::Ok,
                 Some(0),
-                fresh_consumer::HealthStatus::Healthy
+                fresh_consumer::health::HealthStatus::Healthy
             ),
             "{s}"
         );

@@ -335,7 +335,7 @@ fn due_ms(record: &Record, delay: Duration) -> i64 {
 #[derive(Clone, Copy)]
 pub(super) enum To {
     DeadLetter,
-    /// A stale record ([`OnStale`](crate::OnStale)), to the dead-letter or
+    /// A stale record ([`OnStale`](crate::failure::OnStale)), to the dead-letter or
     /// the stale-record topic.
     Stale,
     Tier {

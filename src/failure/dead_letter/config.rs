@@ -57,7 +57,7 @@ impl DeadLetter {
     }
 
     /// Sets a librdkafka property on the dead-letter producer only (which
-    /// also writes the retry tiers of [`RetryTopics`](crate::RetryTopics)).
+    /// also writes the retry tiers of [`RetryTopics`](crate::failure::RetryTopics)).
     /// The producer otherwise inherits the consumer's `bootstrap.servers`,
     /// `client.id` and security settings (`security.protocol`, `sasl.*`,
     /// `ssl.*`), and always uses `acks=all` with `enable.idempotence=true`;

@@ -56,7 +56,7 @@ pub const SPRING_EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
 #[non_exhaustive]
 pub enum DeadLetterHeaders {
     /// The library's own names (`fresh_consumer.dlt.*`, see
-    /// [`dead_letter`](crate::dead_letter)); every value is UTF-8 text.
+    /// [`dead_letter`](crate::failure::dead_letter)); every value is UTF-8 text.
     #[default]
     Native,
     /// Spring Kafka's names (`kafka_dlt-original-topic`, ...) and encodings

@@ -5,6 +5,7 @@ use rdkafka::message::OwnedHeaders;
 
 use super::*;
 use crate::error::ConfigError;
+use crate::failure::{DeadLetter, DeadLetterHeaders};
 use crate::record::{Header, Record, RecordTimestamp};
 
 #[test]
