@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use fresh_consumer::failure::DeadLetter;
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::metrics;
+use fresh_consumer::otlp::OtlpConfig;
 use fresh_consumer::{BoxError, FreshConsumer, OnExhausted, Record, permanent};
 
 /// An order is a JSON object with an `id`. Return `Err` to have the record
@@ -47,6 +48,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "stopped: {} orders handled, {} dead-lettered",
         summary.records_succeeded, summary.records_dead_lettered
     );
-    otlp::shutdown(&provider, Duration::from_secs(5)).await?;
+    metrics::shutdown(&provider, Duration::from_secs(5)).await?;
     Ok(())
 }

@@ -75,7 +75,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fresh_consumer::metrics::EVENT_AGE;
 use fresh_consumer::metrics::{MESSAGING_DESTINATION_NAME, MESSAGING_DESTINATION_PARTITION_ID};
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp::OtlpConfig;
 use fresh_consumer::{FreshConsumer, Record, RunSummary, TopicPartition};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
@@ -592,7 +592,7 @@ async fn consume(args: &Args, embedded: bool, target: &Target) -> Result<(), Box
     let end_offsets = log_end_offsets(target).await;
     print_report(&state, &summary, &ages, target, &end_offsets, elapsed);
 
-    if let Err(e) = otlp::shutdown(&provider, Duration::from_secs(10)).await {
+    if let Err(e) = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(10)).await {
         eprintln!("metrics: {}", cli::chain(&e));
     }
     if let Some((tracer_provider, _)) = traces {

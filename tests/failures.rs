@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use fresh_consumer::failure::dead_letter::{self as dlt, DeadLetterRecord};
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp;
 use fresh_consumer::{
     OnExhausted, Record, RecordTimestamp,
     failure::{DeadLetter, DeadLetterHeaders, RetryPolicy, StormGuard},
@@ -430,7 +429,7 @@ async fn a_poison_record_is_dead_lettered_once_and_committed_past_after_the_ack(
     cluster.wait_committed(&group, &topic, &hw).await;
     let samples = sampler.finish();
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     // Handler calls: 4 for the poison record, 1 for every other.
     assert_eq!(calls.of(POISON.0, POISON.1), 4);
@@ -775,7 +774,7 @@ async fn an_unwritable_dead_letter_topic_blocks_the_partition_until_it_recovers(
     })
     .await;
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     let parked = cluster.read_topic(&dlq, 1).await;
     assert_eq!(parked.len(), 1, "parked exactly once: {parked:?}");
@@ -971,7 +970,7 @@ async fn a_permanent_error_is_not_retried() {
     );
     cluster.wait_committed(&group, &topic, &[6]).await;
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     assert_eq!(calls.of(0, 2), 1, "no retries");
     assert_eq!(summary.failed_attempts, 1);
@@ -1023,7 +1022,7 @@ async fn skip_policy_commits_past_and_counts_the_record() {
     );
     cluster.wait_committed(&group, &topic, &[10, 10]).await;
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     assert_eq!(calls.of(0, 3), 3);
     assert_eq!(calls.succeeded(0), vec![0, 1, 2, 4, 5, 6, 7, 8, 9]);
@@ -1116,7 +1115,7 @@ async fn storm_guard_turns_dead_lettering_into_blocking() {
         "the block names the storm guard"
     );
     run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     let parked = cluster.read_topic(&dlq, 1).await;
     let offsets: Vec<String> = parked
@@ -1177,7 +1176,7 @@ async fn panics_and_timeouts_are_failed_attempts_and_the_consumer_keeps_running(
     );
     cluster.wait_committed(&group, &topic, &[8]).await;
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, FLUSH).await;
 
     assert_eq!(calls.succeeded(0), vec![0, 1, 2, 5, 6, 7]);
     for (offset, n) in [(1, 2), (2, 2), (3, 2), (4, 2)] {

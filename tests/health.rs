@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp;
 use fresh_consumer::{
     FreshConsumer, OnExhausted, Record,
     failure::RetryPolicy,
@@ -59,7 +58,7 @@ async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
 /// Stops the consumer, then shuts the provider down (its last export).
 async fn stop_and_flush(run: Running, provider: &SdkMeterProvider) {
     run.stop().await;
-    let _ = otlp::shutdown(provider, Duration::from_secs(5)).await;
+    let _ = fresh_consumer::metrics::shutdown(provider, Duration::from_secs(5)).await;
 }
 
 /// A provider exporting to `receiver` every 200 ms.
@@ -588,7 +587,7 @@ async fn a_stuck_partition_stalls_within_the_window_and_is_named() {
     );
     // The run summary names it: the partition was still stopped at the end.
     let summary = run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5)).await;
     assert_eq!(summary.records_blocked, 1, "{summary:?}");
     let blocked = &summary.blocked[&fresh_consumer::TopicPartition {
         topic: topic.clone(),
@@ -1046,7 +1045,7 @@ async fn an_idle_topic_stays_healthy() {
     assert_eq!(s.status, HealthStatus::Unhealthy);
     assert_eq!(s.reasons, vec![HealthReason::Stopped]);
     assert!(s.partitions.is_empty());
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5)).await;
 }
 
 // ---------------------------------------------------------------------------

@@ -51,7 +51,7 @@ async fn wire() -> (OtlpReceiver, SdkMeterProvider) {
 /// Shuts the provider down (so dropping it does not block a current-thread
 /// runtime for 5 s).
 async fn shutdown(provider: &SdkMeterProvider) {
-    let _ = otlp::shutdown(provider, FLUSH).await;
+    let _ = fresh_consumer::metrics::shutdown(provider, FLUSH).await;
 }
 
 /// What the handler saw of one record: partition, offset, key, and the age
@@ -842,7 +842,7 @@ async fn unreachable_collector(protocol: OtlpProtocol) {
         summary_committed(&summary, &topic, 2),
         [Some(110), Some(110)]
     );
-    let _ = otlp::shutdown(&provider, Duration::from_secs(3)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -885,7 +885,7 @@ async fn a_silent_collector_does_not_stretch_shutdown_past_its_timeout() {
     assert!(summary.shutdown_timed_out, "the flush could not finish");
     assert_eq!(summary.committed.get(&tp(&topic, 0)), Some(&20));
     assert_eq!(cluster.committed(&group, &topic, 1).await, vec![20]);
-    let _ = otlp::shutdown(&provider, Duration::from_millis(100)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_millis(100)).await;
     silent.abort();
 }
 

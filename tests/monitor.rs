@@ -611,7 +611,7 @@ async fn the_gauges_are_exported_with_the_partition_attributes() {
     receiver.wait_for_metric(MONITOR_COMMIT_AGE, WAIT).await;
     receiver.wait_for_metric(MONITOR_CYCLES, WAIT).await;
     run.stop().await;
-    fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5))
+    fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5))
         .await
         .expect("shutdown");
 }

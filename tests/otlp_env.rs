@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use fresh_consumer::otlp::{self, EnvError, OtlpConfig, OtlpProtocol};
+use fresh_consumer::otlp::{EnvError, OtlpConfig, OtlpProtocol};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
@@ -66,12 +66,20 @@ fn record(provider: &SdkMeterProvider) {
 }
 
 async fn flush_and_shutdown(provider: &SdkMeterProvider) {
-    within(NO_HANG, "flush", otlp::flush(provider, FLUSH))
-        .await
-        .expect("flush");
-    within(NO_HANG, "shutdown", otlp::shutdown(provider, FLUSH))
-        .await
-        .expect("shutdown");
+    within(
+        NO_HANG,
+        "flush",
+        fresh_consumer::metrics::flush(provider, FLUSH),
+    )
+    .await
+    .expect("flush");
+    within(
+        NO_HANG,
+        "shutdown",
+        fresh_consumer::metrics::shutdown(provider, FLUSH),
+    )
+    .await
+    .expect("shutdown");
 }
 
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is a base endpoint: with
@@ -153,9 +161,13 @@ async fn grpc_endpoint_and_export_interval_from_env() {
     let provider = config.build().unwrap();
     record(&provider);
     receiver.wait_for_metric(METRIC, ARRIVAL).await;
-    within(NO_HANG, "shutdown", otlp::shutdown(&provider, FLUSH))
-        .await
-        .expect("shutdown");
+    within(
+        NO_HANG,
+        "shutdown",
+        fresh_consumer::metrics::shutdown(&provider, FLUSH),
+    )
+    .await
+    .expect("shutdown");
 }
 
 /// Setters called after `from_env` win over every variable.

@@ -7,7 +7,8 @@ mod support;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
-use fresh_consumer::otlp::{self, BuildError, FlushError, OtlpConfig, OtlpProtocol};
+use fresh_consumer::metrics::FlushError;
+use fresh_consumer::otlp::{BuildError, OtlpConfig, OtlpProtocol};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
@@ -115,16 +116,24 @@ async fn assert_sample_arrived(receiver: &OtlpReceiver) {
 /// Flushes, checks that it neither hangs nor fails, and returns how long it took.
 async fn flush_ok(provider: &SdkMeterProvider) -> Duration {
     let started = Instant::now();
-    within(NO_HANG, "flush", otlp::flush(provider, FLUSH))
-        .await
-        .expect("flush");
+    within(
+        NO_HANG,
+        "flush",
+        fresh_consumer::metrics::flush(provider, FLUSH),
+    )
+    .await
+    .expect("flush");
     started.elapsed()
 }
 
 async fn shutdown_ok(provider: &SdkMeterProvider) {
-    within(NO_HANG, "shutdown", otlp::shutdown(provider, FLUSH))
-        .await
-        .expect("shutdown");
+    within(
+        NO_HANG,
+        "shutdown",
+        fresh_consumer::metrics::shutdown(provider, FLUSH),
+    )
+    .await
+    .expect("shutdown");
 }
 
 /// An address on which nothing listens: bound, then released.
@@ -196,7 +205,7 @@ async fn shutdown_exports_what_is_left() {
     let result = within(
         NO_HANG,
         "flush after shutdown",
-        otlp::flush(&provider, FLUSH),
+        fresh_consumer::metrics::flush(&provider, FLUSH),
     )
     .await;
     assert!(matches!(result, Err(FlushError::Flush(_))), "{result:?}");
@@ -248,7 +257,12 @@ async fn flush_to_closed_port(protocol: OtlpProtocol) {
     record_sample(&provider);
 
     let started = Instant::now();
-    let result = within(NO_HANG, "flush", otlp::flush(&provider, flush_timeout)).await;
+    let result = within(
+        NO_HANG,
+        "flush",
+        fresh_consumer::metrics::flush(&provider, flush_timeout),
+    )
+    .await;
     let took = started.elapsed();
     eprintln!("{protocol} flush to a closed port: {took:?}: {result:?}");
     let error = result.expect_err("flush to a closed port must fail");
@@ -264,7 +278,7 @@ async fn flush_to_closed_port(protocol: OtlpProtocol) {
     let result = within(
         NO_HANG,
         "shutdown",
-        otlp::shutdown(&provider, flush_timeout),
+        fresh_consumer::metrics::shutdown(&provider, flush_timeout),
     )
     .await;
     assert!(result.is_err(), "{result:?}");
@@ -291,7 +305,12 @@ async fn an_outage_is_counted(protocol: OtlpProtocol) {
         .unwrap();
     record_sample(&provider);
     for _ in 0..2 {
-        let result = within(NO_HANG, "flush", otlp::flush(&provider, FLUSH)).await;
+        let result = within(
+            NO_HANG,
+            "flush",
+            fresh_consumer::metrics::flush(&provider, FLUSH),
+        )
+        .await;
         assert!(result.is_err(), "nothing listens yet: {result:?}");
     }
     let receiver = match protocol {
@@ -305,7 +324,7 @@ async fn an_outage_is_counted(protocol: OtlpProtocol) {
             Instant::now() < deadline,
             "no export arrived after the outage"
         );
-        let _ = otlp::flush(&provider, FLUSH).await;
+        let _ = fresh_consumer::metrics::flush(&provider, FLUSH).await;
     }
     let metric = receiver
         .wait_for_metric(
@@ -383,7 +402,12 @@ async fn flush_times_out_against_a_silent_collector() {
 
     let flush_timeout = Duration::from_millis(500);
     let started = Instant::now();
-    let result = within(NO_HANG, "flush", otlp::flush(&provider, flush_timeout)).await;
+    let result = within(
+        NO_HANG,
+        "flush",
+        fresh_consumer::metrics::flush(&provider, flush_timeout),
+    )
+    .await;
     let took = started.elapsed();
     eprintln!("grpc flush to a silent collector: {took:?}: {result:?}");
     assert!(
@@ -427,8 +451,8 @@ fn http_works_without_a_runtime_with_blocking_helpers() {
         .build()
         .unwrap();
     record_sample(&provider);
-    otlp::flush_blocking(&provider, FLUSH).expect("flush");
-    otlp::shutdown_blocking(&provider, FLUSH).expect("shutdown");
+    fresh_consumer::metrics::flush_blocking(&provider, FLUSH).expect("flush");
+    fresh_consumer::metrics::shutdown_blocking(&provider, FLUSH).expect("shutdown");
     stop_tx.send(()).unwrap();
     let requests = server.join().unwrap();
     let names: Vec<&str> = requests

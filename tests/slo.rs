@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fresh_consumer::metrics::*;
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp::OtlpConfig;
 use fresh_consumer::{Record, slo::FreshnessObjective};
 use support::kafka::{TestCluster, now_ms, unique};
 use support::logs;
@@ -117,7 +117,9 @@ async fn objectives_count_good_and_late_exactly_and_join_the_age_buckets() {
     let within: u64 = p.bucket_counts[..=i30].iter().sum();
     assert_eq!(within, 3);
     assert_eq!(p.count, 5);
-    otlp::shutdown(&provider, Duration::from_secs(5)).await.ok();
+    fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5))
+        .await
+        .ok();
 }
 
 #[test]
@@ -183,5 +185,5 @@ async fn objectives_export_zero_points_on_assignment() {
     )
     .await;
     run.stop().await;
-    let _ = otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5)).await;
 }

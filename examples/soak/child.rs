@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fresh_consumer::otlp::{self, OtlpConfig};
+use fresh_consumer::otlp::OtlpConfig;
 use fresh_consumer::{
     FreshConsumer, OnExhausted, Record,
     failure::{DeadLetter, RetryTopics},
@@ -312,8 +312,8 @@ async fn run_async(args: ChildArgs) {
     };
     let result = consumer.run_until(stop).await;
     if let Some(p) = &provider {
-        let _ = otlp::flush(p, Duration::from_secs(5)).await;
-        let _ = otlp::shutdown(p, Duration::from_secs(5)).await;
+        let _ = fresh_consumer::metrics::flush(p, Duration::from_secs(5)).await;
+        let _ = fresh_consumer::metrics::shutdown(p, Duration::from_secs(5)).await;
     }
     match result {
         Ok(summary) => {

@@ -160,7 +160,7 @@ impl OtlpConfig {
     /// feature); [`BuildError::ExponentialHistogram`] for out-of-range
     /// [`OtlpConfig::with_exponential_histograms`] values.
     ///
-    /// [`flush`]: fn@super::flush
+    /// [`flush`]: fn@crate::metrics::flush
     pub fn build(&self) -> Result<SdkMeterProvider, BuildError> {
         let (builder, accounting) = self.parts()?;
         let provider = builder.build();
@@ -348,7 +348,7 @@ mod tests {
         // says so within its timeout instead of hanging.
         let result = shutdown_blocking(&provider, Duration::from_secs(5));
         assert!(
-            matches!(result, Err(crate::otlp::FlushError::Shutdown(_))),
+            matches!(result, Err(crate::metrics::FlushError::Shutdown(_))),
             "{result:?}"
         );
     }

@@ -14,7 +14,8 @@
 //!    standard `OTEL_*` environment variables with [`OtlpConfig::from_env`]);
 //! 2. build an [`SdkMeterProvider`] with [`OtlpConfig::build`] (or [`install`]);
 //! 3. hand the provider to the consumer, or make it global with [`set_global`];
-//! 4. at shutdown, [`flush`] the last interval and [`shutdown`] the provider.
+//! 4. at shutdown, [`flush`](crate::metrics::flush) the last interval and
+//!    [`shutdown`](crate::metrics::shutdown) the provider.
 //!
 //! The same configuration builds a tracer provider for the consumer's
 //! process spans ([`OtlpConfig::tracer_provider`], see [`crate::trace`]),
@@ -34,8 +35,8 @@
 //!
 //! // ... run the consumer ...
 //!
-//! otlp::flush(&provider, Duration::from_secs(5)).await?;
-//! otlp::shutdown(&provider, Duration::from_secs(5)).await?;
+//! fresh_consumer::metrics::flush(&provider, Duration::from_secs(5)).await?;
+//! fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5)).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -48,13 +49,14 @@
 //! calling them directly on a current-thread runtime deadlocks: `force_flush`
 //! waits forever; `shutdown` fails with a timeout after 5 s, and the export
 //! only happens once the runtime gets to run again. The
-//! [`flush`] and [`shutdown`] functions here run the blocking call on a
+//! [`metrics::flush`](crate::metrics::flush) and
+//! [`metrics::shutdown`](crate::metrics::shutdown) run the blocking call on a
 //! separate thread and await its result, which works on current-thread and
 //! multi-thread runtimes alike, and bound the wait with a timeout.
 //!
 //! Dropping the last clone of a provider that was not shut down calls
 //! `shutdown` from `Drop`: on a current-thread runtime's thread that blocks it
-//! for up to 5 s. Call [`shutdown`] before dropping it.
+//! for up to 5 s. Call [`metrics::shutdown`](crate::metrics::shutdown) before dropping it.
 
 #![deny(missing_docs)]
 
@@ -72,11 +74,10 @@ pub use build::{
 };
 pub use env::{EnvError, OtlpConfig, OtlpProtocol};
 // In `crate::metrics`: they work on any provider, whatever its exporter.
-pub use crate::metrics::{FlushError, flush, flush_blocking, shutdown, shutdown_blocking};
 
 /// Any error of this module, for `?` in code that calls several of its
 /// operations (each operation returns its own error type: [`EnvError`],
-/// [`BuildError`], [`FlushError`]).
+/// [`BuildError`], [`FlushError`](crate::metrics::FlushError)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OtlpError {
@@ -88,5 +89,5 @@ pub enum OtlpError {
     Build(#[from] BuildError),
     /// From a flush or shutdown.
     #[error(transparent)]
-    Flush(#[from] FlushError),
+    Flush(#[from] crate::metrics::FlushError),
 }

@@ -334,6 +334,6 @@ async fn serve(args: &Args) -> u8 {
     {
         eprintln!("error: {}", process::chain(&e));
     }
-    let _ = fresh_consumer::otlp::shutdown(&provider, Duration::from_secs(5)).await;
+    let _ = fresh_consumer::metrics::shutdown(&provider, Duration::from_secs(5)).await;
     0
 }
