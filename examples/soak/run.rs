@@ -131,14 +131,16 @@ fn group_partitions(topic: &str, partitions: i32) -> TopicPartitionList {
 }
 
 /// Reads the group's committed offsets every 100 ms until `stop`; counts
-/// offsets that moved backwards. Returns (samples, backwards moves).
+/// offsets that moved backwards. Returns (samples, backwards moves, the
+/// history: each partition's committed offset from the sample that first
+/// read it).
 fn sample_commits(
     bootstrap: String,
     group: String,
     tpl: TopicPartitionList,
     stop: Arc<AtomicBool>,
     latest: Arc<Mutex<HashMap<(String, i32), i64>>>,
-) -> (usize, usize) {
+) -> (usize, usize, check::Commits) {
     let reader: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
         .set("group.id", &group)
@@ -146,12 +148,15 @@ fn sample_commits(
         .create()
         .expect("offset reader");
     let (mut samples, mut backwards) = (0, 0);
+    let mut history = check::Commits::default();
     while !stop.load(Ordering::Relaxed) {
         if let Ok(read) = reader.committed_offsets(tpl.clone(), Duration::from_secs(2)) {
             samples += 1;
+            let at = now_ms();
             let mut latest = latest.lock().unwrap();
             for e in read.elements() {
                 if let Offset::Offset(o) = e.offset() {
+                    history.note(e.topic(), e.partition(), at, o);
                     let last = latest
                         .entry((e.topic().to_owned(), e.partition()))
                         .or_insert(o);
@@ -170,7 +175,7 @@ fn sample_commits(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    (samples, backwards)
+    (samples, backwards, history)
 }
 
 /// The log-end offsets of every partition in `tpl`.
@@ -582,7 +587,7 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
             .collect::<String>(),
     )?;
     stop_sampler.store(true, Ordering::Relaxed);
-    let (samples, backwards) = sampler.join().map_err(|_| "the sampler panicked")?;
+    let (samples, backwards, commits) = sampler.join().map_err(|_| "the sampler panicked")?;
     let dead_lettered: i64 = log_ends(&args.bootstrap, &{
         let mut t = TopicPartitionList::new();
         for p in 0..args.partitions {
@@ -605,7 +610,14 @@ pub async fn soak(args: Args) -> Result<bool, BoxError> {
     let faults = events.clone();
     events.extend(extras.iter().flat_map(|e| e.rebalances.iter().cloned()));
     let window = COMMIT_INTERVAL_MS + 2_000;
-    let report = check::check(&produced, &successes, &events, &topic, window);
+    let report = check::check(
+        &produced,
+        &successes,
+        &events,
+        &topic,
+        window,
+        args.transactional.then_some(&commits),
+    );
     let outputs = match &out_topic {
         Some(t) => {
             let (b, t, n) = (args.bootstrap.clone(), t.clone(), args.partitions);
