@@ -61,12 +61,18 @@ pub(crate) fn ingest(
             stopped.push((state, runs));
         }
     }
-    // Brokers learned from metadata or configured (bootstrap); librdkafka's
-    // internal and logical (coordinator) entries are not connections.
+    // A connection up to any broker: learned from metadata, configured
+    // (bootstrap), or the group coordinator's (librdkafka's `logical`
+    // entry, a connection of its own); not the internal pseudo-broker.
+    // librdkafka connects to a learned broker only while it has requests
+    // for it: a member without partitions (or whose fetch leaders moved)
+    // may have none of those up while its coordinator connection is
+    // (issue 46: "no broker reachable" for minutes in a soak, while the
+    // member handled records).
     let up = statistics
         .brokers
         .values()
-        .filter(|b| b.source == "learned" || b.source == "configured")
+        .filter(|b| b.source != "internal")
         .any(|b| b.state == "UP");
     health.brokers_reachable(up);
     if let Some(group) = &statistics.cgrp {

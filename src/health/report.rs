@@ -272,7 +272,9 @@ pub enum HealthReason {
     /// No broker has been reachable for `down_for`: librdkafka's statistics
     /// reports (every `statistics.interval.ms`, see
     /// [`FreshConsumer::statistics_interval`](crate::FreshConsumer::statistics_interval))
-    /// showed no connection to a broker in state `UP` since then. Nothing is
+    /// showed no connection in state `UP` since then, to any broker nor to
+    /// the group coordinator (librdkafka connects to a broker only while it
+    /// has requests for it, so one connection up is enough). Nothing is
     /// fetched or committed meanwhile; librdkafka reconnects by itself, and
     /// the reason goes with the first report that shows a broker up again.
     /// Degraded: restarting the consumer would not help. Not reported with
