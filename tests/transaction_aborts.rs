@@ -261,6 +261,43 @@ fn one_output_each(to: &str) -> impl fresh_consumer::Handler + Clone {
     }
 }
 
+/// A one-partition input topic `<name>` with 20 records and its output
+/// topic on a three-broker mock cluster, both led by broker 1; the group's
+/// coordinator on broker `group_at`, its transactional id's on `txn_at`.
+struct Placed {
+    topic: String,
+    out_topic: String,
+    group: String,
+    id: String,
+}
+
+async fn place(
+    cluster: &TestCluster,
+    mock: &rdkafka::mocking::MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+    name: &str,
+    group_at: i32,
+    txn_at: i32,
+) -> Placed {
+    let topic = cluster.topic(name, 1).await;
+    let out_topic = cluster.topic(&format!("{name}-out"), 1).await;
+    let group = support::kafka::unique(&format!("g-{name}"));
+    let id = format!("{group}-tx");
+    mock.coordinator(MockCoordinator::Group(group.clone()), group_at)
+        .expect("group coordinator");
+    mock.coordinator(MockCoordinator::Transaction(id.clone()), txn_at)
+        .expect("transaction coordinator");
+    for t in [&topic, &out_topic] {
+        mock.partition_leader(t, 0, Some(1)).expect("leader");
+    }
+    cluster.produce_many(&topic, 1, 20).await;
+    Placed {
+        topic,
+        out_topic,
+        group,
+        id,
+    }
+}
+
 /// The transactions counter's value for aborts with `error_type`.
 fn aborts(metrics: &TestMetrics, group: &str, error_type: &str) -> f64 {
     let mut attrs = transaction_attrs(group, "aborted");
@@ -474,18 +511,12 @@ async fn a_send_offsets_stuck_on_a_lost_group_coordinator_is_given_up() {
     else {
         return;
     };
-    let topic = cluster.topic("tx-stuck", 1).await;
-    let out_topic = cluster.topic("tx-stuck-out", 1).await;
-    let group = support::kafka::unique("g-tx-stuck");
-    let id = format!("{group}-tx");
-    mock.coordinator(MockCoordinator::Group(group.clone()), 2)
-        .expect("group coordinator");
-    mock.coordinator(MockCoordinator::Transaction(id.clone()), 1)
-        .expect("transaction coordinator");
-    for t in [&topic, &out_topic] {
-        mock.partition_leader(t, 0, Some(1)).expect("leader");
-    }
-    cluster.produce_many(&topic, 1, 20).await;
+    let Placed {
+        topic,
+        out_topic,
+        group,
+        id,
+    } = place(&cluster, &mock, "tx-stuck", 2, 1).await;
     let handler = one_output_each(&out_topic);
     let metrics = TestMetrics::new();
     let run = start(
@@ -706,18 +737,12 @@ async fn abort_with_the_transaction_coordinator_down(stop_while_down: bool) {
     else {
         return;
     };
-    let topic = cluster.topic("tx-abort-down", 1).await;
-    let out_topic = cluster.topic("tx-abort-down-out", 1).await;
-    let group = support::kafka::unique("g-tx-abort-down");
-    let id = format!("{group}-tx");
-    mock.coordinator(MockCoordinator::Group(group.clone()), 3)
-        .expect("group coordinator");
-    mock.coordinator(MockCoordinator::Transaction(id.clone()), 2)
-        .expect("transaction coordinator");
-    for t in [&topic, &out_topic] {
-        mock.partition_leader(t, 0, Some(1)).expect("leader");
-    }
-    cluster.produce_many(&topic, 1, 20).await;
+    let Placed {
+        topic,
+        out_topic,
+        group,
+        id,
+    } = place(&cluster, &mock, "tx-abort-down", 3, 2).await;
     // The first call of offset 10 writes its output, says so, waits for
     // the test to take the coordinator down, then fails.
     let reached = Arc::new(tokio::sync::Notify::new());
