@@ -116,10 +116,27 @@ pub fn configure<H>(consumer: FreshConsumer<H>, args: &ChildArgs) -> FreshConsum
             .set("session.timeout.ms", args.session_ms.to_string())
             .set("heartbeat.interval.ms", (args.session_ms / 10).to_string())
     };
+    // `SOAK_LIBRDKAFKA_DEBUG=cgrp,eos` (for example) turns librdkafka's
+    // debug log on in every consumer and its output producer; with
+    // `RUST_LOG=warn,fresh_consumer=info,librdkafka=debug` it reaches the
+    // consumer's stderr file: to see where a member that stops making
+    // progress is (issue 46: one stopped for 7 minutes after its
+    // partitions were lost during a rolling restart).
+    let consumer = match std::env::var("SOAK_LIBRDKAFKA_DEBUG") {
+        Ok(debug) if !debug.is_empty() => consumer.set("debug", debug),
+        _ => consumer,
+    };
     match &args.outputs {
-        Some(_) => consumer.outputs(
-            OutputConfig::new().transactional_id(transactional_id(&args.group, args.slot)),
-        ),
+        Some(_) => {
+            let mut outputs =
+                OutputConfig::new().transactional_id(transactional_id(&args.group, args.slot));
+            if let Ok(debug) = std::env::var("SOAK_LIBRDKAFKA_DEBUG")
+                && !debug.is_empty()
+            {
+                outputs = outputs.producer_property("debug", debug);
+            }
+            consumer.outputs(outputs)
+        }
         None => consumer,
     }
 }
