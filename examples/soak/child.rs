@@ -122,20 +122,21 @@ pub fn configure<H>(consumer: FreshConsumer<H>, args: &ChildArgs) -> FreshConsum
     // consumer's stderr file: to see where a member that stops making
     // progress is (issue 46: one stopped for 7 minutes after its
     // partitions were lost during a rolling restart).
-    let consumer = match std::env::var("SOAK_LIBRDKAFKA_DEBUG") {
-        Ok(debug) if !debug.is_empty() => consumer.set("debug", debug),
-        _ => consumer,
+    let debug = std::env::var("SOAK_LIBRDKAFKA_DEBUG")
+        .ok()
+        .filter(|d| !d.is_empty());
+    let consumer = match &debug {
+        Some(debug) => consumer.set("debug", debug),
+        None => consumer,
     };
     match &args.outputs {
         Some(_) => {
-            let mut outputs =
+            let outputs =
                 OutputConfig::new().transactional_id(transactional_id(&args.group, args.slot));
-            if let Ok(debug) = std::env::var("SOAK_LIBRDKAFKA_DEBUG")
-                && !debug.is_empty()
-            {
-                outputs = outputs.producer_property("debug", debug);
-            }
-            consumer.outputs(outputs)
+            consumer.outputs(match &debug {
+                Some(debug) => outputs.producer_property("debug", debug),
+                None => outputs,
+            })
         }
         None => consumer,
     }
