@@ -385,6 +385,12 @@ impl Outcome {
 }
 
 impl AttemptSpan<'_> {
+    /// No span (a record's path that traces nothing).
+    #[inline]
+    pub(crate) fn none() -> Self {
+        AttemptSpan(None)
+    }
+
     /// `fut` running inside the span's context, or `fut` itself without
     /// tracing.
     #[inline]

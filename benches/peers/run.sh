@@ -37,7 +37,7 @@
 #                                       keeps 5 MiB; no such limit on Kafka)
 #   PEERS_CLIENTS                       space-separated subset of:
 #       c c-api raw fresh raw-otel python kafkajs kafkajs-batch python-nohist kafkajs-nohist
-#       fresh-batched fresh-batch-of-one fresh-noheaders java java-nohist
+#       fresh-batched fresh-batch-of-one fresh-noheaders fresh-base java java-nohist
 #       (default: the first ten; c is the plain C consumer (benches/peers/c/consume.c,
 #       compiled with gcc -O2 against rdkafka-sys's bundled librdkafka: the same
 #       build the Rust clients link), the "x C" column's baseline; java is Apache Kafka's Java client, kafka-clients
@@ -48,7 +48,13 @@
 #       fresh-batched / fresh-batch-of-one are the
 #       batch handler with max_batch_records 500 / 1; c-api is the plain librdkafka C consumer through
 #       rdkafka-sys, peer_throughput --c-api; the -nohist ones are diagnostics:
-#       the wrapper without its histogram record)
+#       the wrapper without its histogram record; fresh-base is fresh from another build,
+#       for a before/after in the same sitting: PEERS_BASE_BIN, see below)
+#   PEERS_BASE_BIN                      for fresh-base: a peer_throughput binary built from the
+#                                       commit to compare with, e.g.
+#                                       git worktree add /tmp/base HEAD~1 &&
+#                                       (cd /tmp/base && cargo build --release --example peer_throughput)
+#                                       then PEERS_BASE_BIN=/tmp/base/target/release/examples/peer_throughput
 #   PEERS_TIMEOUT_SECS (600)            per run
 #   PEERS_BROKER (mock)                 mock: the quickstart's embedded librdkafka mock cluster;
 #                                       kafka: Apache Kafka 4.3.1 started by `.ci/kafka start`
@@ -264,6 +270,7 @@ run_client() ( # client group; a subshell, so LD_PRELOAD stays in it
         raw) "$bin/peer_throughput" --raw --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         raw-otel) "$bin/peer_throughput" --raw-otel --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh) "$bin/peer_throughput" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
+        fresh-base) "${PEERS_BASE_BIN:?fresh-base needs PEERS_BASE_BIN (a peer_throughput binary of the build to compare with)}" --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh-noheaders) "$bin/peer_throughput" --no-headers --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh-batched) "$bin/peer_throughput" --batched 500 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;
         fresh-batch-of-one) "$bin/peer_throughput" --batched 1 --bootstrap "$bootstrap" --topic "$topics" --group "$2" --records "$records" --timeout-secs "$timeout_secs" ;;

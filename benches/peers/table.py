@@ -25,6 +25,7 @@ NAMES = {
     "raw": "rdkafka `StreamConsumer` (raw baseline: no handler, no histogram)",
     "fresh": "fresh-consumer (no-op handler; the library's own instruments)",
     "fresh-noheaders": "fresh-consumer with `read_headers(false)` (no header parse)",
+    "fresh-base": "fresh-consumer from the build `PEERS_BASE_BIN` names (a before/after in one sitting)",
     "raw-otel": "rdkafka `StreamConsumer` + hand-written wrapper (no-op handler, OTel histogram)",
     "python": "confluent-kafka-python `poll()` + wrapper (OTel histogram)",
     "kafkajs": "kafkajs `eachMessage` + wrapper (OTel histogram)",

@@ -22,6 +22,7 @@ use crate::trace::{AttemptSpan, Outcome, RecordTrace};
 use crate::engine::commit::CommitCmd;
 use crate::engine::transaction::{Doom, Inside, Transactions};
 
+use super::outcome::{Retry, Succeeded};
 use super::park::{BlockGuard, To};
 use super::task::{Done, Worker};
 
@@ -148,13 +149,13 @@ impl<H: Handler> Worker<H> {
             .is_paused(&self.state.topic, self.state.partition)
         {
             if !self.wait_while_paused().await {
-                self.engine.counters.unassigned(1);
+                self.unhandled(1);
                 return false;
             }
             *start = None;
         }
         if !self.take_turn(1, start).await {
-            self.engine.counters.unassigned(1);
+            self.unhandled(1);
             return false;
         }
         true
@@ -170,7 +171,7 @@ impl<H: Handler> Worker<H> {
     ) -> Done {
         let done = self.attempt_until_done(record, start, prior, true).await;
         if matches!(done, Done::Stopped) {
-            self.engine.counters.unassigned(1);
+            self.unhandled(1);
         }
         done
     }
@@ -212,26 +213,15 @@ impl<H: Handler> Worker<H> {
         let took = ended.saturating_duration_since(started);
         let (kind, error) = match result {
             Ok(()) => {
-                if self.state.revoked.load(Ordering::Acquire) {
-                    // The partition moved on while the handler ran: the
-                    // record will be redelivered to its new owner.
-                    self.state.metrics.attempt(took, None);
-                    self.engine.counters.late_completion();
-                    return Done::Late;
-                }
-                self.state.metrics.handler_succeeded(
-                    &self.engine.wall_clock,
-                    event_time,
+                let s = Succeeded {
+                    offset,
+                    age: event_time,
+                    malformed: false,
                     took,
                     ended,
-                );
-                self.state.health.succeeded(ended);
-                self.state.completed(offset, &self.engine.committer.queue);
-                // Counted in the shared counters in bulk (`flush_counts`).
-                self.unflushed.fetch_add(1, Ordering::Relaxed);
-                return Done::Completed {
-                    succeeded_at: Some(ended),
+                    in_transaction: false,
                 };
+                return self.succeeded(s, AttemptSpan::none());
             }
             Err(failed) => failed,
         };
@@ -340,79 +330,36 @@ impl<H: Handler> Worker<H> {
             let (kind, error) = match outcome {
                 Attempt::Succeeded => {
                     blocked.unblock(offset);
-                    if self.state.revoked.load(Ordering::Acquire) {
-                        // The partition moved on while the handler ran: the
-                        // record will be redelivered to its new owner.
-                        self.state.metrics.attempt(took, None);
-                        self.engine.counters.late_completion();
-                        span.end(Outcome::Stopped);
-                        return Done::Late;
-                    }
-                    if inside.is_some() {
-                        // The age is recorded when the transaction commits.
-                        self.state.metrics.attempt(took, None);
-                        self.state
-                            .ages
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(times.age);
-                    } else {
-                        self.state.metrics.handler_succeeded(
-                            &self.engine.wall_clock,
-                            times.age,
-                            took,
-                            ended,
-                        );
-                    }
-                    if times.malformed {
-                        self.state.metrics.origin_malformed();
-                    }
-                    self.state.health.succeeded(ended);
-                    self.state.completed(offset, &self.engine.committer.queue);
-                    // Counted in the shared counters in bulk (`flush_counts`):
-                    // atomics shared by every worker are costly per record.
-                    self.unflushed.fetch_add(1, Ordering::Relaxed);
-                    span.end(Outcome::Succeeded);
-                    drop(inside);
-                    return Done::Completed {
-                        succeeded_at: Some(ended),
+                    let s = Succeeded {
+                        offset,
+                        age: times.age,
+                        malformed: times.malformed,
+                        took,
+                        ended,
+                        in_transaction: inside.is_some(),
                     };
+                    // Left after the record is completed.
+                    let done = self.succeeded(s, span);
+                    drop(inside);
+                    return done;
                 }
                 Attempt::Failed(kind, error) => (kind, error),
             };
             inside.take();
-            let (permanent, error_type) = classify(kind, &error);
-            span.failed(error_type, || error_chain(&*error));
-            // The storm guard compares failures with successes: count the
-            // successes so far first.
-            self.flush_counts();
-            if recorded {
-                self.state.metrics.attempt(took, Some(kind));
-            }
-            self.engine.counters.failed_attempt();
+            let (permanent, error_type) =
+                self.attempt_failed(kind, &error, recorded.then_some(took), &span);
             let now = SystemTime::now();
             if first_failure.is_none() {
                 first_failure = Some(now);
                 self.engine.counters.record_failed();
             }
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
-                span.end(Outcome::Stopped);
-                return Done::Stopped;
+                return self.stopped(span, 0);
             }
             if !permanent && attempt < max_attempts {
                 let delay = retry.delay(attempt);
-                tracing::warn!(
-                    topic = %self.state.topic,
-                    partition = self.state.partition,
-                    offset,
-                    attempt,
-                    error.type = error_type,
-                    error = %error,
-                    retry_in = ?delay,
-                    "handler failed; retrying in place, the partition's commit holds at this offset"
-                );
-                self.state.metrics.retry();
-                span.end(Outcome::Retried);
+                let step = Retry::Record { offset, attempt };
+                self.retrying(step, delay, error_type, &error, span);
                 if !self.sleep(delay).await {
                     return Done::Stopped;
                 }
@@ -428,21 +375,7 @@ impl<H: Handler> Worker<H> {
             };
             match exhausted.decide(self.engine.counters.outcomes(), record.topic(), permanent) {
                 Decision::Skip => {
-                    tracing::error!(
-                        topic = %self.state.topic,
-                        partition = self.state.partition,
-                        offset,
-                        attempts = attempt,
-                        error.type = error_type,
-                        error = %error,
-                        "record given up after its last attempt and committed past (skip policy): it is lost to this consumer group"
-                    );
-                    blocked.unblock(offset);
-                    self.state.metrics.skipped();
-                    self.engine.counters.skipped.fetch_add(1, Ordering::Relaxed);
-                    self.complete(offset);
-                    span.end(Outcome::Skipped);
-                    return Done::Completed { succeeded_at: None };
+                    return self.given_up(offset, attempt, error_type, &error, &mut blocked, span);
                 }
                 Decision::DeadLetter(writer) => {
                     let topic = writer.topic_for(exhausted.source_of(record.topic()));
@@ -513,8 +446,8 @@ impl<H: Handler> Worker<H> {
                             "partition still stopped: the blocking record failed again"
                         );
                     }
-                    self.state.metrics.retry();
-                    span.end(Outcome::Blocked);
+                    let step = Retry::Blocked;
+                    self.retrying(step, delay, error_type, &error, span);
                     if !self.sleep(delay).await {
                         return Done::Stopped;
                     }

@@ -11,13 +11,13 @@ use std::time::{Instant, SystemTime};
 
 use rdkafka::consumer::ConsumerContext;
 
-use crate::error::error_chain;
 use crate::handler::{BatchSettings, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
 use crate::trace::{BatchTrace, Outcome};
 
-use super::attempt::{PriorFailure, classify};
+use super::attempt::PriorFailure;
+use super::outcome::{Retry, Returned};
 use super::source::Source;
 use super::task::{Done, FLUSH_EVERY, Worker};
 
@@ -43,7 +43,7 @@ impl<H: Handler> Worker<H> {
             };
             if self.state.stop.is_cancelled() || !self.wait_until_due(&first).await {
                 // Taken, never handled: the next owner gets it.
-                self.engine.counters.unassigned(1);
+                self.unhandled(1);
                 break;
             }
             let Some(records) = self.collect(src, first, batch, &mut carry).await else {
@@ -57,7 +57,7 @@ impl<H: Handler> Worker<H> {
                 continue;
             }
             if !self.wait_while_paused().await || !self.take_turn(records.len(), &mut None).await {
-                self.engine.counters.unassigned(records.len() as u64);
+                self.unhandled(records.len());
                 break;
             }
             busy_start.get_or_insert_with(Instant::now);
@@ -70,7 +70,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         if carry.take().is_some() {
-            self.engine.counters.unassigned(1);
+            self.unhandled(1);
         }
         if let Some(start) = busy_start.take() {
             self.state.metrics.batch(start.elapsed());
@@ -126,7 +126,7 @@ impl<H: Handler> Worker<H> {
             tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => {
-                    self.engine.counters.unassigned(records.len() as u64);
+                    self.unhandled(records.len());
                     return None;
                 }
                 () = &mut deadline => return Some(records),
@@ -167,37 +167,27 @@ impl<H: Handler> Worker<H> {
             let took = ended.saturating_duration_since(started);
             let (kind, error) = match result {
                 Ok(Ok(())) => {
-                    self.state.metrics.attempt(took, None);
-                    if self.state.revoked.load(Ordering::Acquire) {
-                        // The partition moved on while the handler ran: its
-                        // new owner gets the records again.
-                        self.late(n);
-                        span.end(Outcome::Stopped);
-                        return Done::Late;
-                    }
-                    self.batch_succeeded(&records, ended);
-                    span.end(Outcome::Succeeded);
-                    return Done::Completed {
-                        succeeded_at: Some(ended),
+                    let returned = Returned {
+                        took,
+                        ended,
+                        failed: None,
                     };
+                    return self
+                        .batch_returned(&records, returned, span)
+                        .expect("a batch that succeeded is done");
                 }
                 Ok(Err(e)) => match e.failed_at() {
                     Some(i) if i < n => {
                         // The records before `i` succeeded; `i` failed.
-                        self.state
-                            .metrics
-                            .attempt(took, Some(AttemptError::Handler));
                         let error = e.into_error();
-                        let (_, error_type) = classify(AttemptError::Handler, &error);
-                        span.failed(error_type, || error_chain(&*error));
-                        if self.state.revoked.load(Ordering::Acquire) {
-                            self.late(i);
-                            self.engine.counters.unassigned((n - i) as u64);
-                            span.end(Outcome::Stopped);
-                            return Done::Late;
+                        let returned = Returned {
+                            took,
+                            ended,
+                            failed: Some((i, &error)),
+                        };
+                        if let Some(done) = self.batch_returned(&records, returned, span) {
+                            return done;
                         }
-                        self.batch_succeeded(&records[..i], ended);
-                        span.end(Outcome::Retried);
                         let rest = records.split_off(i + 1);
                         let failed = records.pop().expect("index i is in the batch");
                         tracing::debug!(
@@ -218,11 +208,11 @@ impl<H: Handler> Worker<H> {
                         {
                             Done::Completed { .. } => {}
                             Done::Stopped | Done::Rewind => {
-                                self.engine.counters.unassigned(1 + rest.len() as u64);
+                                self.unhandled(1 + rest.len());
                                 return Done::Stopped;
                             }
                             Done::Late => {
-                                self.engine.counters.unassigned(rest.len() as u64);
+                                self.unhandled(rest.len());
                                 return Done::Late;
                             }
                         }
@@ -250,33 +240,20 @@ impl<H: Handler> Worker<H> {
                 Err(failure) => failure,
             };
             // The whole batch failed.
-            let (permanent, error_type) = classify(kind, &error);
-            span.failed(error_type, || error_chain(&*error));
-            self.flush_counts();
-            self.state.metrics.attempt(took, Some(kind));
-            self.engine.counters.failed_attempt();
+            let (permanent, error_type) = self.attempt_failed(kind, &error, Some(took), &span);
             if self.state.revoked.load(Ordering::Acquire) || self.state.stop.is_cancelled() {
-                span.end(Outcome::Stopped);
-                self.engine.counters.unassigned(n as u64);
-                return Done::Stopped;
+                return self.stopped(span, n);
             }
             if !permanent && attempt < max_attempts {
                 let delay = retry.delay(attempt);
-                tracing::warn!(
-                    topic = %self.state.topic,
-                    partition = self.state.partition,
-                    first_offset = records[0].offset(),
-                    records = n,
+                let step = Retry::Batch {
+                    first_offset: records[0].offset(),
+                    records: n,
                     attempt,
-                    error.type = error_type,
-                    error = %error,
-                    retry_in = ?delay,
-                    "batch handler failed; retrying the batch in place, the partition's commit holds at its first offset"
-                );
-                self.state.metrics.retry();
-                span.end(Outcome::Retried);
+                };
+                self.retrying(step, delay, error_type, &error, span);
                 if !self.sleep(delay).await {
-                    self.engine.counters.unassigned(n as u64);
+                    self.unhandled(n);
                     return Done::Stopped;
                 }
                 continue;
@@ -305,49 +282,16 @@ impl<H: Handler> Worker<H> {
             match self.attempt_until_done(record, None, None, false).await {
                 Done::Completed { .. } => {}
                 Done::Stopped | Done::Rewind => {
-                    self.engine.counters.unassigned(1 + left as u64);
+                    self.unhandled(1 + left);
                     return Done::Stopped;
                 }
                 Done::Late => {
-                    self.engine.counters.unassigned(left as u64);
+                    self.unhandled(left);
                     return Done::Late;
                 }
             }
         }
         Done::Completed { succeeded_at: None }
-    }
-
-    /// The success path of a batch (or of its prefix before a failed
-    /// record): every record's event age and SLO result at `ended`, the
-    /// partition's last success, and the offsets completed under one lock.
-    fn batch_succeeded(&self, records: &[Record], ended: Instant) {
-        if records.is_empty() {
-            return;
-        }
-        let now_ns = self.engine.wall_clock.unix_nanos(ended);
-        let tier = self.engine.exhausted.tier_of(&self.state.topic).is_some();
-        let header = self.engine.settings.event_time_header.as_deref();
-        for r in records {
-            let event_time = if tier {
-                // A tier record's event time is its original record's.
-                self.origin_and_event_time(r).1
-            } else {
-                EventTime::of(header, r)
-            };
-            let times = self.times(r, event_time);
-            self.state.metrics.succeeded(times.age, now_ns);
-            if times.malformed {
-                self.state.metrics.origin_malformed();
-            }
-        }
-        self.state.health.succeeded(ended);
-        self.state.completed_all(
-            records.iter().map(Record::offset),
-            &self.engine.committer.queue,
-        );
-        // Counted in the shared counters in bulk (`flush_counts`).
-        self.unflushed
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
     }
 
     /// The oldest origin time of `records` (what a batch's outputs carry);
@@ -367,12 +311,5 @@ impl<H: Handler> Worker<H> {
                 self.times(r, event_time).origin_ms
             })
             .min()
-    }
-
-    /// `n` records succeeded after their partition was revoked.
-    fn late(&self, n: usize) {
-        for _ in 0..n {
-            self.engine.counters.late_completion();
-        }
     }
 }

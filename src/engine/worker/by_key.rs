@@ -86,7 +86,7 @@ impl<H: Handler> Worker<H> {
             if k.stopping {
                 let dropped = k.lanes.drop_waiting();
                 if dropped > 0 {
-                    self.engine.counters.unassigned(dropped as u64);
+                    self.unhandled(dropped);
                 }
                 if running.is_empty() {
                     break;
@@ -167,7 +167,7 @@ impl<H: Handler> Worker<H> {
         if self.state.stop.is_cancelled() {
             k.stopping = true;
             // Taken, never handled: the next owner gets it.
-            self.engine.counters.unassigned(1);
+            self.unhandled(1);
             return None;
         }
         k.batch_start.get_or_insert_with(Instant::now);
@@ -197,7 +197,7 @@ impl<H: Handler> Worker<H> {
         let next = k.lanes.finish(lane)?;
         if k.stopping {
             // The waiting record is dropped, uncommitted.
-            self.engine.counters.unassigned(1);
+            self.unhandled(1);
             return None;
         }
         Some((lane, next))

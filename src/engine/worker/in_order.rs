@@ -34,7 +34,7 @@ impl<H: Handler> Worker<H> {
             };
             if self.state.stop.is_cancelled() {
                 // Taken, never handled: the next owner gets it.
-                self.engine.counters.unassigned(1);
+                self.unhandled(1);
                 break;
             }
             let start = last_end.take().unwrap_or_else(Instant::now);

@@ -24,6 +24,7 @@ mod attempt;
 mod batched;
 mod by_key;
 mod in_order;
+mod outcome;
 mod outputs;
 mod park;
 mod source;
@@ -240,9 +241,7 @@ impl<H: Handler> Worker<H> {
                 n
             }
         };
-        if n > 0 {
-            self.engine.counters.unassigned(n as u64);
-        }
+        self.unhandled(n);
     }
 
     async fn run_from<C: ConsumerContext>(&self, src: &mut Source<'_, C>) {

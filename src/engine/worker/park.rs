@@ -157,7 +157,7 @@ impl<H: Handler> Worker<H> {
         let Outgoing {
             origin,
             failure,
-            topic,
+            ref topic,
             to,
         } = out;
         let mut write_attempt: u32 = 0;
@@ -178,66 +178,12 @@ impl<H: Handler> Worker<H> {
             let sent = tokio::select! {
                 biased;
                 _ = self.state.stop.cancelled() => return Done::Stopped,
-                r = writer.write(record, origin, &topic, failure, destination, trace_headers) => r,
+                r = writer.write(record, origin, topic, failure, destination, trace_headers) => r,
             };
             match sent {
-                Ok(()) => {
-                    match to {
-                        To::Tier { tier, .. } => self.state.metrics.retry_tier_written(tier, None),
-                        To::DeadLetter => self.state.metrics.dead_lettered(None),
-                        To::Stale => self.state.metrics.stale(None),
-                    }
-                    blocked.unblock(record.offset());
-                    if self.state.revoked.load(Ordering::Acquire) {
-                        // Written, but the partition moved on: its new owner
-                        // will handle the record again (at-least-once).
-                        self.engine.counters.late_completion();
-                        return Done::Late;
-                    }
-                    let moved = match to {
-                        To::Tier { tier, delay } => {
-                            tracing::info!(
-                                topic = %self.state.topic,
-                                partition = self.state.partition,
-                                offset = record.offset(),
-                                attempts = failure.attempts,
-                                error.type = failure.error_type,
-                                retry_topic = %topic,
-                                tier,
-                                retry_in = ?delay,
-                                "record moved to a retry tier; its partition moves on"
-                            );
-                            &self.engine.counters.retried
-                        }
-                        To::DeadLetter => {
-                            tracing::warn!(
-                                topic = %self.state.topic,
-                                partition = self.state.partition,
-                                offset = record.offset(),
-                                attempts = failure.attempts,
-                                error.type = failure.error_type,
-                                dead_letter_topic = %topic,
-                                retried = !origin.history.is_empty(),
-                                "record dead-lettered after its last attempt"
-                            );
-                            &self.engine.counters.dead_lettered
-                        }
-                        // Logged once per run of stale records (`stale.rs`).
-                        To::Stale => &self.engine.counters.stale,
-                    };
-                    moved.fetch_add(1, Ordering::Relaxed);
-                    self.complete(record.offset());
-                    return Done::Completed { succeeded_at: None };
-                }
+                Ok(()) => return self.parked(record, &out, blocked),
                 Err(e) => {
-                    let name = crate::metrics::instruments::kafka_error_name_of(&e);
-                    match to {
-                        To::Tier { tier, .. } => {
-                            self.state.metrics.retry_tier_written(tier, Some(name))
-                        }
-                        To::DeadLetter => self.state.metrics.dead_lettered(Some(name)),
-                        To::Stale => self.state.metrics.stale(Some(name)),
-                    }
+                    self.park_write_failed(to, &e);
                     let delay = self.engine.settings.retry.delay(write_attempt);
                     let what = match to {
                         To::Tier { .. } => "retry tier",

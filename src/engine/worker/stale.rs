@@ -4,7 +4,6 @@
 //! handler is skipped or written out (through `park.rs`) instead, and each
 //! run of consecutive stale records is logged at its start and its end.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use crate::failure::OnStale;
@@ -107,10 +106,7 @@ impl<H: Handler> Worker<H> {
         let topic = stale.topic_for(&self.engine.exhausted, record.topic());
         let (Some(writer), Some(topic)) = (writer, topic) else {
             // `OnStale::Skip`.
-            self.state.metrics.stale(None);
-            self.engine.counters.stale.fetch_add(1, Ordering::Relaxed);
-            self.complete(record.offset());
-            return Done::Completed { succeeded_at: None };
+            return self.shed_skipped(record.offset());
         };
         debug_assert!(!matches!(stale.action, OnStale::Skip));
         let now = SystemTime::now();
@@ -157,14 +153,12 @@ impl<H: Handler> Worker<H> {
                 Done::Completed { .. } => {}
                 // `Rewind` never: shedding makes no handler call.
                 Done::Stopped | Done::Rewind => {
-                    self.engine
-                        .counters
-                        .unassigned((1 + fresh.len() + left) as u64);
+                    self.unhandled(1 + fresh.len() + left);
                     return None;
                 }
                 // Written after the revoke: counted as a late completion.
                 Done::Late => {
-                    self.engine.counters.unassigned((fresh.len() + left) as u64);
+                    self.unhandled(fresh.len() + left);
                     return None;
                 }
             }
