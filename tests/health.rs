@@ -1221,3 +1221,89 @@ async fn the_lag_of_a_partition_that_does_not_fetch_follows_the_log_end() {
     cluster.wait_committed(&group, &topic, &[350]).await;
     run.stop().await;
 }
+
+// ---------------------------------------------------------------------------
+// A member without a group coordinator
+// ---------------------------------------------------------------------------
+
+/// A member whose group coordinator is unreachable while the other brokers
+/// are up (issue 46: after a rolling restart librdkafka 2.12.1 left a
+/// member without any coordinator for 12 minutes, reported only as
+/// degraded) is degraded with `NoGroupCoordinator` at once and unhealthy
+/// from `coordinator_lost_after`, logged once; the reason goes when the
+/// coordinator is back. Needs the mock's fault injection (one broker down,
+/// it being the group's coordinator): skipped on a real broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_its_group_coordinator_turns_unhealthy() {
+    use rdkafka::mocking::MockCoordinator;
+    logs::init();
+    let cluster = TestCluster::start_with(3);
+    let Some(mock) = cluster.mock_or_skip("a group coordinator down while the others are up")
+    else {
+        return;
+    };
+    let topic = cluster.topic("no-coordinator", 2).await;
+    let group = unique("g-no-coordinator");
+    mock.coordinator(MockCoordinator::Group(group.clone()), 3)
+        .expect("coordinator on broker 3");
+    for p in 0..2 {
+        mock.partition_leader(&topic, p, Some(1))
+            .expect("leader on broker 1");
+    }
+    let lost_after = Duration::from_secs(3);
+    let run = start(
+        cluster
+            .consumer(&group, &topic, |_r: Record| async {
+                Ok::<(), std::io::Error>(())
+            })
+            .statistics_interval(Duration::from_millis(200))
+            .health_thresholds(HealthThresholds::default().with_coordinator_lost_after(lost_after)),
+    );
+    wait_snapshot(&run.health, WAIT, "joined", |s| {
+        s.state == ConsumerState::Running
+    })
+    .await;
+    let mark = logs::mark();
+    mock.broker_down(3).expect("broker 3 down");
+    let lost = |s: &fresh_consumer::health::HealthSnapshot| {
+        s.reasons
+            .iter()
+            .find(|r| matches!(r, HealthReason::NoGroupCoordinator { .. }))
+            .cloned()
+    };
+    let s = wait_snapshot(&run.health, WAIT, "no group coordinator", |s| {
+        lost(s).is_some()
+    })
+    .await;
+    let down_at = Instant::now();
+    if let Some(HealthReason::NoGroupCoordinator { lost_for, .. }) = lost(&s)
+        && lost_for < lost_after
+    {
+        assert_eq!(s.status, HealthStatus::Degraded, "{s}");
+    }
+    assert!(s.to_string().contains("no group coordinator for"), "{s}");
+    let s = wait_snapshot(&run.health, WAIT, "unhealthy without a coordinator", |s| {
+        s.status == HealthStatus::Unhealthy && lost(s).is_some()
+    })
+    .await;
+    eprintln!(
+        "unhealthy {:?} after the coordinator went down: {s}",
+        down_at.elapsed()
+    );
+    wait_until(WAIT, "the loss logged as an error", || async {
+        logs::text_since(mark).contains("no group coordinator for")
+    })
+    .await;
+    mock.broker_up(3).expect("broker 3 up");
+    let s = wait_snapshot(&run.health, WAIT, "the coordinator is back", |s| {
+        lost(s).is_none()
+    })
+    .await;
+    assert_ne!(s.status, HealthStatus::Unhealthy, "{s}");
+    assert_eq!(
+        logged(tracing::Level::ERROR, "no group coordinator for").len(),
+        1,
+        "logged once per loss"
+    );
+    run.stop().await;
+}

@@ -13,7 +13,7 @@
 //! keep the watermarks of its last fetch; the health thread refreshes them
 //! (`health_view::refresh_watermarks`) and the reports do not move them back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::Statistics;
 
@@ -76,7 +76,8 @@ pub(crate) fn ingest(
         .any(|b| b.state == "UP");
     health.brokers_reachable(up);
     if let Some(group) = &statistics.cgrp {
-        health.group_statistics(&group.state, &group.join_state);
+        let state_age = Duration::from_millis(group.stateage.max(0) as u64);
+        health.group_statistics(&group.state, &group.join_state, state_age);
     }
     resets.statistics_received(now, stopped);
 }

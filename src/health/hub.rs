@@ -222,6 +222,15 @@ pub(crate) struct HealthHub {
     /// Nanoseconds since `origin` + 1 of the first statistics report in
     /// which no broker was up, of the reports since; 0 = a broker is up.
     brokers_down_at: AtomicU64,
+    /// Nanoseconds since `origin` + 1 of when librdkafka's group state
+    /// (statistics `cgrp.state`) last left `up`, while it has not been
+    /// `up` since; 0 = it is `up` (or no report yet).
+    coordinator_lost_at: AtomicU64,
+    /// The group state of the last report that was not `up`.
+    coordinator_state: Mutex<String>,
+    /// The member was reported unhealthy for lack of a coordinator (logged
+    /// once per loss).
+    coordinator_lost_logged: AtomicBool,
     /// Held by the rebalance callback and by a restart of stopped
     /// partitions: they never interleave.
     assign_lock: Mutex<()>,
@@ -247,6 +256,9 @@ impl HealthHub {
             started_at: OnceLock::new(),
             poll_exceeded_at: AtomicU64::new(0),
             brokers_down_at: AtomicU64::new(0),
+            coordinator_lost_at: AtomicU64::new(0),
+            coordinator_state: Mutex::new(String::new()),
+            coordinator_lost_logged: AtomicBool::new(false),
             assign_lock: Mutex::new(()),
             slo: OnceLock::new(),
         }
@@ -375,10 +387,34 @@ impl HealthHub {
         }
     }
 
-    /// librdkafka's consumer-group state from a statistics report.
-    pub(crate) fn group_statistics(&self, state: &str, join_state: &str) {
+    /// librdkafka's consumer-group state from a statistics report, in
+    /// that state for `state_age` (`cgrp.stateage`). A state other than
+    /// `up` starts the [`HealthReason::NoGroupCoordinator`] time (at the
+    /// state's start), a report with `up` ends it.
+    pub(crate) fn group_statistics(&self, state: &str, join_state: &str, state_age: Duration) {
         if join_state == "steady" {
             self.joined.store(true, Ordering::Release);
+        }
+        if state == "up" {
+            if self.coordinator_lost_at.swap(0, Ordering::Relaxed) != 0
+                && self.coordinator_lost_logged.swap(false, Ordering::Relaxed)
+            {
+                tracing::info!("the member has its group coordinator again");
+            }
+        } else {
+            if self.coordinator_lost_at.load(Ordering::Relaxed) == 0 {
+                let since = self.origin.elapsed().saturating_sub(state_age);
+                let _ = self.coordinator_lost_at.compare_exchange(
+                    0,
+                    since.as_nanos() as u64 + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            let mut s = lock(&self.coordinator_state);
+            if *s != state {
+                *s = state.to_owned();
+            }
         }
         let mut g = lock(&self.group_state);
         if g.as_deref() != Some(state) {
@@ -508,6 +544,31 @@ impl HealthHub {
                         .saturating_duration_since(self.origin + Duration::from_nanos(ns - 1)),
                 }),
             }
+        }
+        if matches!(state, ConsumerState::Running | ConsumerState::Joining)
+            && let ns @ 1.. = self.coordinator_lost_at.load(Ordering::Relaxed)
+        {
+            let lost_for =
+                now.saturating_duration_since(self.origin + Duration::from_nanos(ns - 1));
+            let unhealthy_after = self
+                .config()
+                .map(|c| c.thresholds.coordinator_lost_after)
+                .unwrap_or(crate::health::DEFAULT_COORDINATOR_LOST_AFTER);
+            let group_state = lock(&self.coordinator_state).clone();
+            if lost_for >= unhealthy_after
+                && !self.coordinator_lost_logged.swap(true, Ordering::Relaxed)
+            {
+                tracing::error!(
+                    lost_for = ?lost_for,
+                    group_state = %group_state,
+                    "the member has had no group coordinator for {lost_for:?} (librdkafka group state {group_state}): nothing is committed, and lost partitions are not taken back. A coordinator moves within seconds; librdkafka 2.12.1 can lose every broker connection of a client for good after a rolling restart (confluentinc/librdkafka#5511, #5600). Health is unhealthy now: restart the process (a liveness probe on health does it)"
+                );
+            }
+            reasons.push(HealthReason::NoGroupCoordinator {
+                lost_for,
+                state: group_state,
+                unhealthy_after,
+            });
         }
         match self.poll_exceeded_at.load(Ordering::Relaxed) {
             0 => {}

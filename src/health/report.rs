@@ -277,11 +277,38 @@ pub enum HealthReason {
     /// has requests for it, so one connection up is enough). Nothing is
     /// fetched or committed meanwhile; librdkafka reconnects by itself, and
     /// the reason goes with the first report that shows a broker up again.
-    /// Degraded: restarting the consumer would not help. Not reported with
-    /// statistics off.
+    /// Degraded: during a cluster outage restarting the consumer would not
+    /// help. A member whose own client stopped connecting while the
+    /// cluster is up (issue 46, librdkafka 2.12.1 after a rolling restart)
+    /// has no group coordinator either, and
+    /// [`NoGroupCoordinator`](Self::NoGroupCoordinator) turns it unhealthy.
+    /// Not reported with statistics off.
     BrokersUnreachable {
         /// Since the first report without a broker up.
         down_for: Duration,
+    },
+    /// The member has had no group coordinator for `lost_for`:
+    /// librdkafka's statistics report the group's state (`cgrp.state`) as
+    /// other than `up` (it is looking for the coordinator or waiting for a
+    /// connection to it) since then. Nothing is committed, and a member
+    /// that loses its partitions meanwhile cannot rejoin. Degraded, and
+    /// unhealthy from
+    /// [`HealthThresholds::coordinator_lost_after`](crate::health::HealthThresholds::coordinator_lost_after)
+    /// (`unhealthy_after`, 120 s by default): a coordinator moves to
+    /// another broker within seconds, and librdkafka 2.12.1 can lose every
+    /// broker connection of a client for good after a rolling restart
+    /// (brokers it dropped from its metadata while they restarted: issue
+    /// 46, confluentinc/librdkafka#5511 and #5600). Restarting the process
+    /// (a liveness probe on this health) recovers such a member. Not
+    /// reported with statistics off.
+    NoGroupCoordinator {
+        /// Since the group's state left `up`.
+        lost_for: Duration,
+        /// librdkafka's state of the group (`query-coord`, `wait-coord`,
+        /// `wait-broker`, `wait-broker-transport`, `init`).
+        state: String,
+        /// When it turns unhealthy.
+        unhealthy_after: Duration,
     },
     /// [`FreshConsumer::run_until`](crate::FreshConsumer::run_until) has not started yet. Degraded.
     NotStarted,
@@ -333,6 +360,17 @@ impl HealthReason {
                 max_poll_interval,
             } => {
                 if gap >= max_poll_interval {
+                    HealthStatus::Unhealthy
+                } else {
+                    HealthStatus::Degraded
+                }
+            }
+            NoGroupCoordinator {
+                lost_for,
+                unhealthy_after,
+                ..
+            } => {
+                if lost_for >= unhealthy_after {
                     HealthStatus::Unhealthy
                 } else {
                     HealthStatus::Degraded
@@ -481,6 +519,16 @@ impl fmt::Display for HealthReason {
             BrokersUnreachable { down_for } => {
                 write!(f, "no broker reachable for {}", Secs(*down_for))
             }
+            NoGroupCoordinator {
+                lost_for,
+                state,
+                unhealthy_after,
+            } => write!(
+                f,
+                "no group coordinator for {} (librdkafka group state {state}; unhealthy from {})",
+                Secs(*lost_for),
+                Secs(*unhealthy_after)
+            ),
             NotStarted => f.write_str("not started"),
             NotJoined { waited } => write!(
                 f,

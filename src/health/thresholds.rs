@@ -15,6 +15,8 @@ pub const DEFAULT_NO_SUCCESS_AFTER: Duration = Duration::from_secs(60);
 pub const DEFAULT_LAG_GROWTH_WINDOW: Duration = Duration::from_secs(120);
 /// Default for [`HealthThresholds::report_events_for`](crate::health::HealthThresholds::report_events_for).
 pub const DEFAULT_REPORT_EVENTS_FOR: Duration = Duration::from_secs(600);
+/// Default for [`HealthThresholds::coordinator_lost_after`](crate::health::HealthThresholds::coordinator_lost_after).
+pub const DEFAULT_COORDINATOR_LOST_AFTER: Duration = Duration::from_secs(120);
 
 /// What the library does when a partition's offset is out of range when it
 /// is assigned or while it is consumed: below the log start offset (a
@@ -97,6 +99,15 @@ pub struct HealthThresholds {
     /// partition recovered from, a committed offset above the high
     /// watermark, `max.poll.interval.ms` exceeded. Defaults to 10 min.
     pub report_events_for: Duration,
+    /// A member that has had no group coordinator for this long is
+    /// unhealthy ([`HealthReason::NoGroupCoordinator`](crate::health::HealthReason::NoGroupCoordinator));
+    /// before that it is degraded. A coordinator moves to another broker
+    /// within seconds when its broker stops; librdkafka 2.12.1 can lose
+    /// every broker connection of a client for good after a rolling
+    /// restart (measured in the soak: 12 minutes, until the process was
+    /// stopped), and only a new client (a restarted process) recovers.
+    /// Defaults to 120 s.
+    pub coordinator_lost_after: Duration,
 }
 
 impl Default for HealthThresholds {
@@ -106,6 +117,7 @@ impl Default for HealthThresholds {
             no_success_after: DEFAULT_NO_SUCCESS_AFTER,
             lag_growth_window: DEFAULT_LAG_GROWTH_WINDOW,
             report_events_for: DEFAULT_REPORT_EVENTS_FOR,
+            coordinator_lost_after: DEFAULT_COORDINATOR_LOST_AFTER,
         }
     }
 }
@@ -136,6 +148,13 @@ impl HealthThresholds {
     #[must_use]
     pub fn with_report_events_for(mut self, d: Duration) -> Self {
         self.report_events_for = d;
+        self
+    }
+
+    /// Sets [`coordinator_lost_after`](Self::coordinator_lost_after).
+    #[must_use]
+    pub fn with_coordinator_lost_after(mut self, d: Duration) -> Self {
+        self.coordinator_lost_after = d;
         self
     }
 }
