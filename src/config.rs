@@ -153,14 +153,41 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Checks the settings, group by group (each check is in the function
+    /// of its group below), and turns them into a librdkafka configuration.
     pub(crate) fn validate(&self) -> Result<Validated, ConfigError> {
-        let prop = |key: &str| {
-            self.properties
-                .iter()
-                .rev()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
+        self.check_properties()?;
+        let group_id = self.check_group()?;
+        self.check_processing()?;
+        self.check_freshness()?;
+        let tiers = self.check_failures()?;
+        self.check_outputs()?;
+        self.check_headers()?;
+        let (client_config, health) = self.client_config(&group_id)?;
+        let max_poll_interval = self.check_timeouts()?;
+        Ok(Validated {
+            client_config,
+            group_id,
+            topics: self.topics.clone(),
+            max_poll_interval,
+            secrets: secret_fragments(&self.properties),
+            health,
+            tiers,
+        })
+    }
+
+    /// The value of librdkafka property `key` (the last one set).
+    fn prop(&self, key: &str) -> Option<&str> {
+        self.properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// librdkafka properties the library owns or cannot work with.
+    fn check_properties(&self) -> Result<(), ConfigError> {
+        let prop = |key: &str| self.prop(key);
         for (property, instead) in [
             ("enable.auto.commit", "commit_interval"),
             ("enable.auto.offset.store", "commit_batch_records"),
@@ -202,6 +229,12 @@ impl Settings {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The cluster, the group and the topics: the group id.
+    fn check_group(&self) -> Result<String, ConfigError> {
+        let prop = |key: &str| self.prop(key);
         let bootstrap = self
             .bootstrap_servers
             .as_deref()
@@ -224,10 +257,12 @@ impl Settings {
         if self.topics.iter().any(|t| t.trim().is_empty()) {
             return Err(ConfigError::EmptyTopicName);
         }
-        let invalid = |option: &'static str, reason: &str| ConfigError::InvalidOption {
-            option,
-            reason: reason.to_owned(),
-        };
+        Ok(group_id)
+    }
+
+    /// How records are taken and handled: buffers, order, batches,
+    /// commits, the handler's timeout, the poll warning, the event time.
+    fn check_processing(&self) -> Result<(), ConfigError> {
         if self.max_buffered_records == 0 {
             return Err(invalid("max_buffered_records", "must be at least 1"));
         }
@@ -255,9 +290,22 @@ impl Settings {
         if self.commit_batch_records == 0 {
             return Err(invalid("commit_batch_records", "must be at least 1"));
         }
-        if let Err(reason) = self.retry.validate() {
-            return Err(invalid("retry", reason));
+        if self.handler_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(invalid("handler_timeout", "must be more than zero"));
         }
+        if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
+            return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
+        }
+        if let Some(h) = &self.event_time_header
+            && h.is_empty()
+        {
+            return Err(invalid("event_time_header", "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// Freshness objectives and their windows.
+    fn check_freshness(&self) -> Result<(), ConfigError> {
         for o in &self.objectives {
             if let Err(reason) = o.validate() {
                 return Err(invalid("freshness_objective", reason));
@@ -270,8 +318,14 @@ impl Settings {
                 "short must be more than zero and less than long",
             ));
         }
-        if self.handler_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(invalid("handler_timeout", "must be more than zero"));
+        Ok(())
+    }
+
+    /// Retries, the storm guard, the exhausted-record policy (its retry
+    /// tiers: the plan returned) and the stale-record policy.
+    fn check_failures(&self) -> Result<crate::failure::TierPlan, ConfigError> {
+        if let Err(reason) = self.retry.validate() {
+            return Err(invalid("retry", reason));
         }
         if self.storm_guard.enabled
             && !(self.storm_guard.max_failure_ratio > 0.0
@@ -317,14 +371,11 @@ impl Settings {
                 ));
             }
         }
-        if !(self.poll_warning_ratio > 0.0 && self.poll_warning_ratio <= 1.0) {
-            return Err(invalid("poll_warning_ratio", "must be in (0, 1]"));
-        }
-        if let Some(h) = &self.event_time_header
-            && h.is_empty()
-        {
-            return Err(invalid("event_time_header", "must not be empty"));
-        }
+        Ok(tiers)
+    }
+
+    /// Handler outputs and their transactions.
+    fn check_outputs(&self) -> Result<(), ConfigError> {
         if let Some(outputs) = &self.outputs {
             outputs.check()?;
             if outputs.is_transactional() {
@@ -348,6 +399,11 @@ impl Settings {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// What needs the records' headers read.
+    fn check_headers(&self) -> Result<(), ConfigError> {
         if !self.read_headers {
             if self.origin_time || self.outputs.is_some() {
                 return Err(invalid(
@@ -372,6 +428,16 @@ impl Settings {
             }
         }
 
+        Ok(())
+    }
+
+    /// The librdkafka configuration (parsed by librdkafka now, before
+    /// any client exists) and the health options it decides.
+    fn client_config(
+        &self,
+        group_id: &str,
+    ) -> Result<(ClientConfig, crate::health::thresholds::HealthConfig), ConfigError> {
+        let prop = |key: &str| self.prop(key);
         let mut cc = ClientConfig::new();
         cc.set("auto.offset.reset", "earliest");
         for (k, v) in &self.properties {
@@ -380,7 +446,7 @@ impl Settings {
         if let Some(b) = &self.bootstrap_servers {
             cc.set("bootstrap.servers", b);
         }
-        cc.set("group.id", &group_id);
+        cc.set("group.id", group_id);
         cc.set("enable.auto.commit", "false");
         cc.set("enable.auto.offset.store", "false");
         // Workers read their partitions' own queues (split off the main
@@ -406,6 +472,12 @@ impl Settings {
         // Let librdkafka parse every property now, before any client exists.
         cc.create_native_config().map_err(redact_config_error)?;
 
+        Ok((cc, health))
+    }
+
+    /// Waits that must end within `max.poll.interval.ms`: the interval.
+    fn check_timeouts(&self) -> Result<Duration, ConfigError> {
+        let prop = |key: &str| self.prop(key);
         let max_poll_interval = match prop("max.poll.interval.ms") {
             Some(v) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| {
                 ConfigError::InvalidProperty {
@@ -431,15 +503,15 @@ impl Settings {
                 "must be below max.poll.interval.ms",
             ));
         }
-        Ok(Validated {
-            client_config: cc,
-            group_id,
-            topics: self.topics.clone(),
-            max_poll_interval,
-            secrets: secret_fragments(&self.properties),
-            health,
-            tiers,
-        })
+        Ok(max_poll_interval)
+    }
+}
+
+/// [`ConfigError::InvalidOption`] for `option`.
+fn invalid(option: &'static str, reason: &str) -> ConfigError {
+    ConfigError::InvalidOption {
+        option,
+        reason: reason.to_owned(),
     }
 }
 
