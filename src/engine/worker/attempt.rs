@@ -373,24 +373,17 @@ impl<H: Handler> Worker<H> {
                 first_failure: first_failure.unwrap_or(now),
                 last_failure: now,
             };
-            match exhausted.decide(self.engine.counters.outcomes(), record.topic(), permanent) {
+            let (writer, topic, to) = match exhausted.decide(
+                self.engine.counters.outcomes(),
+                record.topic(),
+                permanent,
+            ) {
                 Decision::Skip => {
                     return self.given_up(offset, attempt, error_type, &error, &mut blocked, span);
                 }
                 Decision::DeadLetter(writer) => {
                     let topic = writer.topic_for(exhausted.source_of(record.topic()));
-                    return self
-                        .write_failed(
-                            writer,
-                            &record,
-                            &origin,
-                            &failure,
-                            topic,
-                            To::DeadLetter,
-                            span,
-                            &mut blocked,
-                        )
-                        .await;
+                    (writer, topic, To::DeadLetter)
                 }
                 Decision::RetryTier {
                     writer,
@@ -401,58 +394,36 @@ impl<H: Handler> Worker<H> {
                         .retry_topics()
                         .map(|rt| rt.tier_topic(exhausted.source_of(record.topic()), tier))
                         .unwrap_or_default();
-                    let to = To::Tier { tier, delay };
-                    return self
-                        .write_failed(
-                            writer,
-                            &record,
-                            &origin,
-                            &failure,
-                            topic,
-                            to,
-                            span,
-                            &mut blocked,
-                        )
-                        .await;
+                    (writer, topic, To::Tier { tier, delay })
                 }
                 Decision::Block { storm } => {
                     let delay = retry.max_backoff;
-                    if blocked.block(offset, attempt, &failure.error_message) {
-                        tracing::error!(
-                            topic = %self.state.topic,
-                            partition = self.state.partition,
-                            offset,
-                            attempts = attempt,
-                            error.type = error_type,
-                            error = %error,
-                            storm_guard = storm,
-                            retry_in = ?delay,
-                            "partition stopped at a record whose attempts ran out: nothing after it is committed until it succeeds; retrying at the capped backoff"
-                        );
-                        crate::error::say_without_subscriber(|| {
-                            format!(
-                                "partition {}/{} stopped at offset {offset} after {attempt} attempts ({error_type}): {}; nothing after it is committed until it succeeds (retried every {delay:?}). Give failing records a dead-letter topic with .on_exhausted(OnExhausted::DeadLetter(DeadLetter::default())) sends them to <topic>.dlt",
-                                self.state.topic, self.state.partition, failure.error_message
-                            )
-                        });
-                    } else {
-                        tracing::warn!(
-                            topic = %self.state.topic,
-                            partition = self.state.partition,
-                            offset,
-                            error.type = error_type,
-                            error = %error,
-                            retry_in = ?delay,
-                            "partition still stopped: the blocking record failed again"
-                        );
-                    }
-                    let step = Retry::Blocked;
+                    let step = Retry::Blocked {
+                        offset,
+                        attempts: attempt,
+                        storm,
+                        first: blocked.block(offset, attempt, &failure.error_message),
+                        message: &failure.error_message,
+                    };
                     self.retrying(step, delay, error_type, &error, span);
                     if !self.sleep(delay).await {
                         return Done::Stopped;
                     }
+                    continue;
                 }
-            }
+            };
+            return self
+                .write_failed(
+                    writer,
+                    &record,
+                    &origin,
+                    &failure,
+                    topic,
+                    to,
+                    span,
+                    &mut blocked,
+                )
+                .await;
         }
     }
 }

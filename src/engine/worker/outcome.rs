@@ -49,7 +49,7 @@ pub(super) struct Returned<'a> {
 
 /// A failed attempt that is retried after a delay, with what its log line
 /// says.
-pub(super) enum Retry {
+pub(super) enum Retry<'a> {
     /// One record, in place.
     Record { offset: i64, attempt: u32 },
     /// A whole batch, in place.
@@ -58,9 +58,18 @@ pub(super) enum Retry {
         records: usize,
         attempt: u32,
     },
-    /// The record a partition stopped at, at the capped backoff (its log
-    /// line was written when it was blocked or failed again).
-    Blocked,
+    /// The record a partition stopped at (its attempts ran out, the
+    /// policy blocks), at the capped backoff: an error with the record's
+    /// last failure `message` when it `first` stopped the partition, a
+    /// warning each time after.
+    Blocked {
+        offset: i64,
+        attempts: u32,
+        /// The storm guard decided it.
+        storm: bool,
+        first: bool,
+        message: &'a str,
+    },
 }
 
 impl<H: Handler> Worker<H> {
@@ -219,7 +228,7 @@ impl<H: Handler> Worker<H> {
     /// path) does not grow by this one's.
     pub(super) fn retrying(
         &self,
-        retry: Retry,
+        retry: Retry<'_>,
         delay: Duration,
         error_type: &'static str,
         error: &BoxError,
@@ -257,7 +266,44 @@ impl<H: Handler> Worker<H> {
                 );
                 Outcome::Retried
             }
-            Retry::Blocked => Outcome::Blocked,
+            Retry::Blocked {
+                offset,
+                attempts,
+                storm,
+                first: true,
+                message,
+            } => {
+                tracing::error!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    offset,
+                    attempts,
+                    error.type = error_type,
+                    error = %error,
+                    storm_guard = storm,
+                    retry_in = ?delay,
+                    "partition stopped at a record whose attempts ran out: nothing after it is committed until it succeeds; retrying at the capped backoff"
+                );
+                crate::error::say_without_subscriber(|| {
+                    format!(
+                        "partition {}/{} stopped at offset {offset} after {attempts} attempts ({error_type}): {message}; nothing after it is committed until it succeeds (retried every {delay:?}). Give failing records a dead-letter topic with .on_exhausted(OnExhausted::DeadLetter(DeadLetter::default())) sends them to <topic>.dlt",
+                        self.state.topic, self.state.partition
+                    )
+                });
+                Outcome::Blocked
+            }
+            Retry::Blocked { offset, .. } => {
+                tracing::warn!(
+                    topic = %self.state.topic,
+                    partition = self.state.partition,
+                    offset,
+                    error.type = error_type,
+                    error = %error,
+                    retry_in = ?delay,
+                    "partition still stopped: the blocking record failed again"
+                );
+                Outcome::Blocked
+            }
         };
         self.state.metrics.retry();
         span.end(outcome);
