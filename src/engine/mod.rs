@@ -100,7 +100,7 @@ use context::{Ctx, Kafka};
 use counters::Counters;
 use offset_reset::Resets;
 use poll::{PollLoop, Stop};
-use shared::{Engine, EngineSettings};
+use shared::Engine;
 use watchdog::{IDLE_POLL_TICK, PollClock};
 
 /// Ends the control handles' run when the run ends, however it ends.
@@ -133,6 +133,9 @@ where
     I: Future<Output = ()>,
 {
     let validated = settings.validate()?;
+    // One validated value for the whole run: the code that acts on a
+    // setting reads it here (`engine.settings`), no copy is handed down.
+    let settings = Arc::new(settings);
     let runtime = Handle::try_current().map_err(|_| RunError::NoRuntime)?;
     let meter = match (&settings.meter, &settings.meter_provider) {
         (Some(m), _) => m.clone(),
@@ -241,18 +244,7 @@ where
     let assignment = Arc::new(Assignment::new());
     let counters = Arc::new(Counters::default());
     let engine = Arc::new(Engine {
-        settings: EngineSettings {
-            max_buffered_records: settings.max_buffered_records,
-            split_partition_queues: settings.split_partition_queues,
-            processing_order: settings.processing_order,
-            retry: settings.retry.clone(),
-            handler_timeout: settings.handler_timeout,
-            revoke_timeout: settings.revoke_timeout,
-            event_time_header: settings.event_time_header.clone(),
-            read_headers: settings.read_headers,
-            batch: settings.batch.clone(),
-            origin_time: settings.origin_time,
-        },
+        settings: Arc::clone(&settings),
         committer: Arc::new(Committer::new(
             Arc::clone(&assignment),
             Arc::clone(&counters),

@@ -3,7 +3,6 @@
 //! poll loop.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -16,11 +15,9 @@ use crate::engine::counters::Counters;
 use crate::engine::offset_reset::Resets;
 use crate::engine::partition::PartitionState;
 use crate::engine::watchdog::PollClock;
-use crate::failure::{Exhausted, RetryPolicy, Stale};
-use crate::handler::BatchSettings;
+use crate::failure::{Exhausted, Stale};
 use crate::health::hub::HealthHub;
 use crate::metrics::instruments::Instruments;
-use crate::ordering::ProcessingOrder;
 
 /// Messages from workers to the poll loop.
 pub(crate) enum Ctrl {
@@ -32,30 +29,14 @@ pub(crate) enum Ctrl {
     Hold(Arc<PartitionState>, bool),
 }
 
-/// The options the workers and the rebalance callbacks read.
-pub(crate) struct EngineSettings {
-    pub(crate) max_buffered_records: usize,
-    /// Split each partition's queue off the main queue at assignment.
-    pub(crate) split_partition_queues: bool,
-    pub(crate) processing_order: ProcessingOrder,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) handler_timeout: Option<Duration>,
-    pub(crate) revoke_timeout: Duration,
-    pub(crate) event_time_header: Option<String>,
-    /// Whether records are built with their headers (`read_headers`).
-    pub(crate) read_headers: bool,
-    /// Batches for a batch handler (`None`: one record per handler call).
-    pub(crate) batch: Option<BatchSettings>,
-    /// Take the event age from the origin-time header when present.
-    pub(crate) origin_time: bool,
-}
-
 /// What the poll loop, the rebalance callbacks and the partition workers
 /// share. The committer, the watchdog, the statistics ingest and the health
 /// thread get only the parts they use (each part is its own `Arc`); health
 /// reads the engine through [`EngineView`], weakly.
 pub(crate) struct Engine {
-    pub(crate) settings: EngineSettings,
+    /// The run's validated settings, read where each one acts (no copies
+    /// handed down: see `config.rs`).
+    pub(crate) settings: Arc<crate::config::Settings>,
     pub(crate) assignment: Arc<Assignment>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) committer: Arc<Committer>,
