@@ -41,14 +41,18 @@
 //! Whether a restart helps depends on the reason: a consumer stuck behind a
 //! poison record is stuck again after a restart. The snapshot names the
 //! partition and the reason, so the probe's body is worth logging.
+//!
+//! The command line, the mock broker and the producer feeding it are in
+//! `examples/support/health_probe_kit.rs`.
 
 #[path = "support/cli.rs"]
 mod cli;
+#[path = "support/health_probe_kit.rs"]
+mod kit;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
 use std::error::Error;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -61,101 +65,22 @@ use fresh_consumer::{
     failure::RetryPolicy,
     health::{ConsumerState, HealthHandle, HealthStatus, HealthThresholds},
 };
-use rdkafka::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use kit::Args;
 use tokio_util::sync::CancellationToken;
-
-use mock_broker::MockBroker;
-
-#[derive(Debug)]
-struct Args {
-    addr: SocketAddr,
-    bootstrap: Option<String>,
-    topic: String,
-    group: String,
-    poison: bool,
-    stall_after: Duration,
-    exit_after: Option<Duration>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        addr: "127.0.0.1:8080".parse().unwrap(),
-        bootstrap: None,
-        topic: "health-probe".into(),
-        group: "health-probe".into(),
-        poison: false,
-        stall_after: Duration::from_secs(10),
-        exit_after: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        match a.as_str() {
-            "--addr" => {
-                args.addr = value("--addr")?
-                    .parse()
-                    .map_err(|e| format!("--addr: {e}"))?
-            }
-            "--bootstrap" => args.bootstrap = Some(value("--bootstrap")?),
-            "--topic" => args.topic = value("--topic")?,
-            "--group" => args.group = value("--group")?,
-            "--poison" => args.poison = true,
-            "--stall-after" => {
-                args.stall_after = Duration::from_secs(
-                    value("--stall-after")?
-                        .parse()
-                        .map_err(|e| format!("--stall-after: {e}"))?,
-                )
-            }
-            "--exit-after" => {
-                args.exit_after = Some(Duration::from_secs(
-                    value("--exit-after")?
-                        .parse()
-                        .map_err(|e| format!("--exit-after: {e}"))?,
-                ))
-            }
-            "-h" | "--help" => {
-                return Err("usage: health_probe [--addr HOST:PORT] [--bootstrap SERVERS --topic T --group G] \
-                     [--poison] [--stall-after SECS] [--exit-after SECS]"
-                    .into());
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    Ok(args)
-}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = cli::args_or_exit("health_probe", parse_args);
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fresh_consumer=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let args = cli::args_or_exit("health_probe", Args::parse);
+    kit::init_logging();
     cli::exit_status("health_probe", run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let stop = CancellationToken::new();
     // The broker: the one named, or a mock cluster in this process (kept
-    // running until `run` returns) with a producer feeding it.
-    let mut _mock: Option<MockBroker> = None;
-    let bootstrap = match &args.bootstrap {
-        Some(b) => b.clone(),
-        None => {
-            let broker = MockBroker::start()?;
-            broker.create_topic(&args.topic, 3)?;
-            let bootstrap = broker.bootstrap().to_owned();
-            _mock = Some(broker);
-            tokio::spawn(feed(bootstrap.clone(), args.topic.clone(), stop.clone()));
-            println!("mock Kafka broker: {bootstrap}, topic {:?}", args.topic);
-            bootstrap
-        }
-    };
+    // running until `run` returns) with a producer feeding it a record
+    // every 100 ms.
+    let (_mock, bootstrap) = kit::broker(&args, &stop)?;
 
     let poison = args.poison;
     let handler = move |r: Record| async move {
@@ -203,23 +128,8 @@ async fn run(args: Args) -> Result<(), Box<dyn Error>> {
         }
     });
 
-    let signal = {
-        let stop = stop.clone();
-        let exit_after = args.exit_after;
-        async move {
-            let timer = async {
-                match exit_after {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = cli::shutdown_signal() => println!("signal received; stopping"),
-                () = timer => println!("--exit-after reached; stopping"),
-            }
-            stop.cancel();
-        }
-    };
+    // Until SIGTERM / Ctrl-C or `--exit-after`, which also stops the server.
+    let signal = kit::stop_signal(args.exit_after, stop.clone());
     let summary = consumer.run_until(signal).await?;
     stop.cancel();
     server.await??;
@@ -257,34 +167,4 @@ async fn readyz(State(health): State<HealthHandle>) -> (StatusCode, String) {
 /// The snapshot as text, always 200.
 async fn report(State(health): State<HealthHandle>) -> String {
     health.snapshot().to_string()
-}
-
-/// Produces a keyed record every 100 ms into the mock broker until stopped.
-async fn feed(bootstrap: String, topic: String, stop: CancellationToken) {
-    let producer: FutureProducer = match ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("linger.ms", "5")
-        .create()
-    {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("health_probe: producer: {e}");
-            return;
-        }
-    };
-    let mut i = 0u64;
-    while !stop.is_cancelled() {
-        let key = format!("key-{}", i % 7);
-        let payload = format!("record {i}");
-        let r = FutureRecord::to(&topic).key(&key).payload(&payload);
-        if let Err((e, _)) = producer.send(r, Duration::from_secs(5)).await {
-            eprintln!("health_probe: produce: {e}");
-        }
-        i += 1;
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-    }
-    let _ = producer.flush(Duration::from_secs(1));
 }

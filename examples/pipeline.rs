@@ -17,7 +17,12 @@
 //! (`fresh_consumer.event.age`, read back from an in-memory exporter) and
 //! exits non-zero unless every end-to-end age is at least the sum of the
 //! three delays.
+//!
+//! The orders' producer and the in-memory metric reader are in
+//! `examples/support/pipeline_kit.rs`.
 
+#[path = "support/pipeline_kit.rs"]
+mod kit;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
@@ -26,17 +31,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fresh_consumer::metrics::EVENT_AGE;
 use fresh_consumer::{
     BoxError, FreshConsumer, Handler, Record,
     output::{Output, OutputConfig},
 };
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-use opentelemetry_sdk::metrics::{
-    InMemoryMetricExporter, PeriodicReader, SdkMeterProvider, Temporality,
-};
-use rdkafka::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use mock_broker::MockBroker;
@@ -79,70 +77,18 @@ fn consumer<H: Handler>(broker: &MockBroker, group: &str, topic: &str, h: H) -> 
         .commit_interval(Duration::from_millis(100))
 }
 
-/// A meter provider whose metrics stay in this process.
-fn in_memory() -> (SdkMeterProvider, InMemoryMetricExporter) {
-    let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporterBuilder::new()
-        .with_temporality(Temporality::Cumulative)
-        .build();
-    let reader = PeriodicReader::builder(exporter.clone())
-        .with_interval(Duration::from_secs(3600))
-        .build();
-    (
-        SdkMeterProvider::builder().with_reader(reader).build(),
-        exporter,
-    )
-}
-
-/// (min, max, count) of the event ages `exporter` holds.
-async fn ages(provider: &SdkMeterProvider, exporter: &InMemoryMetricExporter) -> (f64, f64, u64) {
-    fresh_consumer::metrics::flush(provider, Duration::from_secs(10))
-        .await
-        .expect("flush");
-    let exports = exporter.get_finished_metrics().expect("exported");
-    let mut out = (f64::MAX, 0.0_f64, 0);
-    for m in exports
-        .last()
-        .into_iter()
-        .flat_map(|e| e.scope_metrics())
-        .flat_map(|s| s.metrics())
-        .filter(|m| m.name() == EVENT_AGE)
-    {
-        if let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() {
-            for p in h.data_points() {
-                out.0 = out.0.min(p.min().unwrap_or(f64::MAX));
-                out.1 = out.1.max(p.max().unwrap_or(0.0));
-                out.2 += p.count();
-            }
-        }
-    }
-    out
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let broker = MockBroker::start().expect("mock broker");
     for topic in ["orders", "invoices", "payments"] {
         broker.create_topic(topic, 1).expect("topic");
     }
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .create()
-        .expect("producer");
-    for i in 0..ORDERS {
-        let key = format!("order-{i}");
-        producer
-            .send(
-                FutureRecord::to("orders").key(&key).payload("{}"),
-                Duration::from_secs(5),
-            )
-            .await
-            .expect("order produced");
-    }
+    kit::produce_orders(&broker, "orders", ORDERS).await;
 
     let stop = CancellationToken::new();
     let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::default()).collect();
-    let (end_to_end, end_to_end_exporter) = in_memory();
-    let (plain, plain_exporter) = in_memory();
+    let (end_to_end, end_to_end_exporter) = kit::in_memory();
+    let (plain, plain_exporter) = kit::in_memory();
     let runs = vec![
         tokio::spawn(
             consumer(
@@ -205,8 +151,8 @@ async fn main() -> ExitCode {
         }
     }
     let sum = DELAYS_MS.iter().sum::<u64>() as f64 / 1000.0;
-    let (min, max, n) = ages(&end_to_end, &end_to_end_exporter).await;
-    let (pmin, pmax, pn) = ages(&plain, &plain_exporter).await;
+    let (min, max, n) = kit::ages(&end_to_end, &end_to_end_exporter).await;
+    let (pmin, pmax, pn) = kit::ages(&plain, &plain_exporter).await;
     println!(
         "hops: orders -> invoices ({} ms) -> payments ({} ms) -> booked ({} ms); sum {sum:.1} s",
         DELAYS_MS[0], DELAYS_MS[1], DELAYS_MS[2]

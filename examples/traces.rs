@@ -29,11 +29,15 @@
 //! handler's span as a child. With an endpoint they are exported over OTLP
 //! (`fresh_consumer::otlp::OtlpConfig::from_env`, the same `OTEL_*`
 //! variables as the metrics).
+//!
+//! The instrumented producer and the printed tree are in
+//! `examples/support/traces_kit.rs`.
 
+#[path = "support/traces_kit.rs"]
+mod kit;
 #[path = "support/mock_broker.rs"]
 mod mock_broker;
 
-use std::collections::HashMap;
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -42,13 +46,10 @@ use std::time::Duration;
 
 use fresh_consumer::otlp::OtlpConfig;
 use fresh_consumer::{FreshConsumer, Record};
-use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider};
-use opentelemetry::{Context, global};
+use opentelemetry::global;
+use opentelemetry::trace::TracerProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use rdkafka::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -110,40 +111,9 @@ async fn run() -> Result<bool, Box<dyn Error>> {
     let broker = MockBroker::start()?;
     broker.create_topic(TOPIC, 1)?;
 
-    // An instrumented producer: a producer span per record, its context in
-    // the record's headers.
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .create()?;
-    let tracer = provider.tracer("order-service");
-    for i in 0..RECORDS {
-        let span = tracer
-            .span_builder(format!("send {TOPIC}"))
-            .with_kind(SpanKind::Producer)
-            .start(&tracer);
-        let cx = Context::new().with_span(span);
-        let mut carrier: HashMap<String, String> = HashMap::new();
-        global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
-        let mut headers = OwnedHeaders::new();
-        for (key, value) in &carrier {
-            headers = headers.insert(Header {
-                key,
-                value: Some(value),
-            });
-        }
-        let payload = format!("{{\"order\":{i}}}");
-        producer
-            .send(
-                FutureRecord::to(TOPIC)
-                    .key(&format!("order-{i}"))
-                    .payload(&payload)
-                    .headers(headers),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)?;
-        cx.span().end();
-    }
+    // An instrumented producer, as a service upstream would have: a
+    // producer span per record, its context in the record's headers.
+    kit::produce_traced(&broker, &provider, TOPIC, RECORDS).await?;
 
     let handled = Arc::new(AtomicU64::new(0));
     let done = Arc::new(tokio::sync::Notify::new());
@@ -175,45 +145,9 @@ async fn run() -> Result<bool, Box<dyn Error>> {
         .await?;
     println!("handled {} records", summary.records_succeeded);
     // Read before the shutdown, which empties the in-memory exporter.
-    let ok = otlp || print_tree(&memory.get_finished_spans()?);
+    let ok = otlp || kit::print_tree(&memory.get_finished_spans()?, TOPIC, RECORDS);
     // A blocking call: off the runtime's threads.
     let shut = provider.clone();
     let _ = tokio::task::spawn_blocking(move || shut.shutdown()).await;
     Ok(ok && summary.records_succeeded == RECORDS)
-}
-
-/// Prints each producer span with the process span linked to it and that
-/// span's children; `true` when every process span has a link and a child.
-fn print_tree(spans: &[SpanData]) -> bool {
-    let mut ok = true;
-    let process: Vec<&SpanData> = spans
-        .iter()
-        .filter(|s| s.name == format!("process {TOPIC}"))
-        .collect();
-    for p in &process {
-        let links: Vec<String> = p
-            .links
-            .iter()
-            .map(|l| format!("{}", l.span_context.span_id()))
-            .collect();
-        println!(
-            "{} trace={} span={} links to producer span {:?}",
-            p.name,
-            p.span_context.trace_id(),
-            p.span_context.span_id(),
-            links
-        );
-        for a in &p.attributes {
-            println!("    {} = {}", a.key, a.value);
-        }
-        let children: Vec<&SpanData> = spans
-            .iter()
-            .filter(|s| s.parent_span_id == p.span_context.span_id())
-            .collect();
-        for c in &children {
-            println!("  └─ {} span={}", c.name, c.span_context.span_id());
-        }
-        ok &= links.len() == 1 && children.iter().any(|c| c.name == "load order");
-    }
-    ok && process.len() == RECORDS as usize
 }
