@@ -185,7 +185,7 @@ pub fn run(args: ChildArgs) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "warn,fresh_consumer=info,fresh_consumer::engine::worker::park=warn".into()
+                "warn,fresh_consumer=info,fresh_consumer::engine::worker::outcome=warn".into()
             }),
         )
         .with_writer(std::io::stderr)
