@@ -1,7 +1,9 @@
-//! The plumbing of `examples/signals.rs`: a broker (the in-process mock or a
-//! cluster) with topics of the run's own, workloads, a consumer run that
-//! can be stopped, an outside view of the offset lag, an in-memory metric
-//! reader, and the wait for a signal with a deadline.
+//! The plumbing of `examples/signals.rs`: its command line, a broker (the
+//! in-process mock or a cluster) with topics of the run's own, workloads, a
+//! consumer run that can be stopped, an outside view of the offset lag, an
+//! in-memory metric reader, and the wait for a signal with a deadline. The
+//! consumer's settings (`Broker::consumer`) are in the example; the stages
+//! in `stages.rs` next to this file.
 
 use std::error::Error;
 use std::sync::Mutex;
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fresh_consumer::{
     FreshConsumer, Handler, RunError, RunSummary,
-    health::{HealthHandle, HealthSnapshot, HealthThresholds},
+    health::{HealthHandle, HealthSnapshot},
 };
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData};
@@ -28,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mock_broker::MockBroker;
 use crate::names::unique;
+use crate::stages::STAGES;
+
+/// The name in messages.
+pub const PROGRAM: &str = "signals";
 
 /// Errors of the plumbing (a broker call that failed).
 pub type BoxError = Box<dyn Error + Send + Sync>;
@@ -49,6 +55,67 @@ impl<E: Error + Send + Sync + 'static> From<E> for StageError {
 
 fn failed(message: String) -> StageError {
     StageError::Failed(message.into())
+}
+
+/// The command line.
+pub struct Args {
+    pub bootstrap: Option<String>,
+    pub properties: Vec<(String, String)>,
+    pub only: Vec<String>,
+}
+
+fn usage() -> String {
+    format!(
+        "usage: {PROGRAM} [--bootstrap HOST:PORT] [-X key=value]... [--only STAGE[,STAGE]...]\n\
+         \n\
+         --bootstrap HOST:PORT  a Kafka cluster (default: librdkafka's mock broker, in process)\n\
+         -X key=value           a librdkafka property for every client (security settings)\n\
+         --only STAGES          run only these stages (default: all): {}",
+        STAGES.join(", ")
+    )
+}
+
+pub fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        bootstrap: None,
+        properties: Vec::new(),
+        only: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--bootstrap" => {
+                args.bootstrap = Some(it.next().ok_or("--bootstrap needs HOST:PORT")?);
+            }
+            "-X" => {
+                let kv = it.next().ok_or("-X needs key=value")?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("-X {kv}: expected key=value"))?;
+                args.properties.push((k.to_owned(), v.to_owned()));
+            }
+            "--only" => {
+                let list = it.next().ok_or("--only needs a stage list")?;
+                for stage in list.split(',') {
+                    if !STAGES.contains(&stage) {
+                        return Err(format!("unknown stage {stage:?}\n{}", usage()));
+                    }
+                    args.only.push(stage.to_owned());
+                }
+            }
+            "-h" | "--help" => {
+                println!("{}", usage());
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
+        }
+    }
+    Ok(args)
+}
+
+/// A duration as printed: `1.2 s`.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -360,40 +427,19 @@ impl Broker {
         Producing { stop, task }
     }
 
-    /// A consumer of `topic` in `group` with the demo's short thresholds,
-    /// recording into `metrics`.
-    pub fn consumer<H: Handler>(
-        &self,
-        topic: &str,
-        group: &str,
-        handler: H,
-        metrics: &Metrics,
-    ) -> FreshConsumer<H> {
-        let mut c = FreshConsumer::new(handler)
-            .bootstrap_servers(&self.bootstrap)
-            .group_id(group)
-            .topics([topic])
-            .statistics_interval(Duration::from_millis(200))
-            .commit_interval(Duration::from_millis(200))
-            .health_thresholds(
-                HealthThresholds::default()
-                    .with_stall_after(Duration::from_secs(3))
-                    .with_no_success_after(Duration::from_secs(6))
-                    .with_lag_growth_window(Duration::from_secs(3)),
-            )
-            .meter_provider(&metrics.provider)
-            // The lowest session timeout a broker allows by default
-            // (`group.min.session.timeout.ms`): a member that leaves is
-            // noticed sooner.
-            .set("session.timeout.ms", "6000");
-        for (k, v) in &self.properties {
-            c = c.set(k, v);
-        }
-        if self.mock.is_some() {
-            // The mock holds an empty fetch for the full wait.
-            c = c.set("fetch.wait.max.ms", "10");
-        }
-        c
+    /// The bootstrap servers.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// The `-X` properties, for every client.
+    pub fn properties(&self) -> &[(String, String)] {
+        &self.properties
+    }
+
+    /// Whether this is the in-process mock broker.
+    pub fn is_mock(&self) -> bool {
+        self.mock.is_some()
     }
 
     /// A client that speaks for `group` without joining it (offset
