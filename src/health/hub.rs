@@ -553,7 +553,7 @@ impl HealthHub {
             let unhealthy_after = self
                 .config()
                 .map(|c| c.thresholds.coordinator_lost_after)
-                .unwrap_or(crate::health::DEFAULT_COORDINATOR_LOST_AFTER);
+                .unwrap_or(crate::health::thresholds::DEFAULT_COORDINATOR_LOST_AFTER);
             let group_state = lock(&self.coordinator_state).clone();
             if lost_for >= unhealthy_after
                 && !self.coordinator_lost_logged.swap(true, Ordering::Relaxed)

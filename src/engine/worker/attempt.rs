@@ -13,7 +13,6 @@ use futures_util::FutureExt;
 use crate::error::error_chain;
 use crate::failure::Decision;
 use crate::failure::dead_letter::FailureInfo;
-use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
@@ -425,16 +424,6 @@ impl<H: Handler> Worker<H> {
                 )
                 .await;
         }
-    }
-}
-
-/// Whether a failed attempt's error is [`permanent`](crate::permanent),
-/// and its `error.type`: `permanent`, else the attempt's kind.
-pub(super) fn classify(kind: AttemptError, error: &BoxError) -> (bool, &'static str) {
-    if is_permanent(error) {
-        (true, "permanent")
-    } else {
-        (false, kind.as_str())
     }
 }
 

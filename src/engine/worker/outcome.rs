@@ -11,12 +11,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::error::error_chain;
+use crate::failure::is_permanent;
 use crate::handler::{BoxError, Handler};
 use crate::metrics::instruments::AttemptError;
 use crate::record::{EventTime, Record};
 use crate::trace::{AttemptSpan, Outcome};
 
-use super::attempt::classify;
 use super::park::{BlockGuard, Outgoing, To};
 use super::task::{Done, Worker};
 
@@ -440,5 +440,15 @@ impl<H: Handler> Worker<H> {
         self.engine.counters.stale.fetch_add(1, Ordering::Relaxed);
         self.complete(offset);
         Done::Completed { succeeded_at: None }
+    }
+}
+
+/// Whether a failed attempt's error is [`permanent`](crate::permanent),
+/// and its `error.type`: `permanent`, else the attempt's kind.
+pub(super) fn classify(kind: AttemptError, error: &BoxError) -> (bool, &'static str) {
+    if is_permanent(error) {
+        (true, "permanent")
+    } else {
+        (false, kind.as_str())
     }
 }
