@@ -56,7 +56,7 @@ impl<H: Handler> ClientContext for Ctx<H> {
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::PollExceeded) => {
                 // Also returned by the consumer's poll, where it is counted once.
-                self.engine.health.poll_exceeded();
+                self.engine.health.connection.poll_exceeded();
                 tracing::debug!(%reason, "librdkafka: max.poll.interval.ms exceeded");
             }
             Some(RDKafkaErrorCode::AutoOffsetReset) => {

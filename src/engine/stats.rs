@@ -74,7 +74,7 @@ pub(crate) fn ingest(
         .values()
         .filter(|b| b.source != "internal")
         .any(|b| b.state == "UP");
-    health.brokers_reachable(up);
+    health.connection.brokers_reachable(up);
     if let Some(group) = &statistics.cgrp {
         let state_age = Duration::from_millis(group.stateage.max(0) as u64);
         health.group_statistics(&group.state, &group.join_state, state_age);

@@ -12,6 +12,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::Meter;
 
 use crate::error::ConfigError;
+use crate::health::connection::Connection;
 use crate::health::gauges::{HealthInstruments, Observed};
 use crate::health::judge::{
     Evaluated, Track, evaluate_one, full_evaluation_every, noise_allowance,
@@ -19,8 +20,8 @@ use crate::health::judge::{
 use crate::health::partition::{AnomalyKind, lock};
 use crate::health::report::*;
 use crate::health::thresholds::{
-    DEFAULT_REPORT_EVENTS_FOR, DEFAULT_STATISTICS_INTERVAL, HealthConfig, HealthThresholds,
-    NewPartitionStart, RetentionOverrunPolicy,
+    DEFAULT_STATISTICS_INTERVAL, HealthConfig, HealthThresholds, NewPartitionStart,
+    RetentionOverrunPolicy,
 };
 use crate::health::view::{EngineView, PartitionView};
 use crate::metrics::OFFSET_RESET_REASON;
@@ -216,21 +217,8 @@ pub(crate) struct HealthHub {
     rebalancing: AtomicBool,
     /// When the run started.
     started_at: OnceLock<Instant>,
-    /// Nanoseconds since `origin` + 1 of the last "max.poll.interval.ms
-    /// exceeded"; 0 = never.
-    poll_exceeded_at: AtomicU64,
-    /// Nanoseconds since `origin` + 1 of the first statistics report in
-    /// which no broker was up, of the reports since; 0 = a broker is up.
-    brokers_down_at: AtomicU64,
-    /// Nanoseconds since `origin` + 1 of when librdkafka's group state
-    /// (statistics `cgrp.state`) last left `up`, while it has not been
-    /// `up` since; 0 = it is `up` (or no report yet).
-    coordinator_lost_at: AtomicU64,
-    /// The group state of the last report that was not `up`.
-    coordinator_state: Mutex<String>,
-    /// The member was reported unhealthy for lack of a coordinator (logged
-    /// once per loss).
-    coordinator_lost_logged: AtomicBool,
+    /// What librdkafka reports about the member's link to its cluster.
+    pub(crate) connection: Connection,
     /// Held by the rebalance callback and by a restart of stopped
     /// partitions: they never interleave.
     assign_lock: Mutex<()>,
@@ -240,8 +228,9 @@ pub(crate) struct HealthHub {
 
 impl HealthHub {
     pub(crate) fn new() -> Self {
+        let origin = Instant::now();
         HealthHub {
-            origin: Instant::now(),
+            origin,
             state: AtomicU8::new(NOT_STARTED),
             run: OnceLock::new(),
             instruments: OnceLock::new(),
@@ -254,11 +243,7 @@ impl HealthHub {
             joined: AtomicBool::new(false),
             rebalancing: AtomicBool::new(true),
             started_at: OnceLock::new(),
-            poll_exceeded_at: AtomicU64::new(0),
-            brokers_down_at: AtomicU64::new(0),
-            coordinator_lost_at: AtomicU64::new(0),
-            coordinator_state: Mutex::new(String::new()),
-            coordinator_lost_logged: AtomicBool::new(false),
+            connection: Connection::new(origin),
             assign_lock: Mutex::new(()),
             slo: OnceLock::new(),
         }
@@ -361,61 +346,14 @@ impl HealthHub {
         }
     }
 
-    /// librdkafka reported `max.poll.interval.ms` exceeded.
-    pub(crate) fn poll_exceeded(&self) {
-        let ns = self.origin.elapsed().as_nanos() as u64 + 1;
-        self.poll_exceeded_at.store(ns, Ordering::Relaxed);
-    }
-
-    /// Whether a statistics report showed a connection to a broker in
-    /// state `UP`: the first report without one starts the
-    /// [`HealthReason::BrokersUnreachable`] time, a report with one ends it.
-    pub(crate) fn brokers_reachable(&self, up: bool) {
-        if up {
-            if self.brokers_down_at.swap(0, Ordering::Relaxed) != 0 {
-                tracing::info!("a broker is reachable again");
-            }
-        } else if self.brokers_down_at.load(Ordering::Relaxed) == 0 {
-            let ns = self.origin.elapsed().as_nanos() as u64 + 1;
-            if self
-                .brokers_down_at
-                .compare_exchange(0, ns, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                tracing::warn!("no broker is reachable (librdkafka statistics: no connection up)");
-            }
-        }
-    }
-
     /// librdkafka's consumer-group state from a statistics report, in
-    /// that state for `state_age` (`cgrp.stateage`). A state other than
-    /// `up` starts the [`HealthReason::NoGroupCoordinator`] time (at the
-    /// state's start), a report with `up` ends it.
+    /// that state for `state_age` (`cgrp.stateage`; see
+    /// [`Connection::group_state`]).
     pub(crate) fn group_statistics(&self, state: &str, join_state: &str, state_age: Duration) {
         if join_state == "steady" {
             self.joined.store(true, Ordering::Release);
         }
-        if state == "up" {
-            if self.coordinator_lost_at.swap(0, Ordering::Relaxed) != 0
-                && self.coordinator_lost_logged.swap(false, Ordering::Relaxed)
-            {
-                tracing::info!("the member has its group coordinator again");
-            }
-        } else {
-            if self.coordinator_lost_at.load(Ordering::Relaxed) == 0 {
-                let since = self.origin.elapsed().saturating_sub(state_age);
-                let _ = self.coordinator_lost_at.compare_exchange(
-                    0,
-                    since.as_nanos() as u64 + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-            let mut s = lock(&self.coordinator_state);
-            if *s != state {
-                *s = state.to_owned();
-            }
-        }
+        self.connection.group_state(state, state_age);
         let mut g = lock(&self.group_state);
         if g.as_deref() != Some(state) {
             *g = Some(state.to_owned());
@@ -532,53 +470,13 @@ impl HealthHub {
                 max_poll_interval: run.max_poll_interval,
             });
         }
-        let report_for = self
-            .config()
-            .map(|c| c.thresholds.report_events_for)
-            .unwrap_or(DEFAULT_REPORT_EVENTS_FOR);
-        if matches!(state, ConsumerState::Running | ConsumerState::Joining) {
-            match self.brokers_down_at.load(Ordering::Relaxed) {
-                0 => {}
-                ns => reasons.push(HealthReason::BrokersUnreachable {
-                    down_for: now
-                        .saturating_duration_since(self.origin + Duration::from_nanos(ns - 1)),
-                }),
-            }
-        }
-        if matches!(state, ConsumerState::Running | ConsumerState::Joining)
-            && let ns @ 1.. = self.coordinator_lost_at.load(Ordering::Relaxed)
-        {
-            let lost_for =
-                now.saturating_duration_since(self.origin + Duration::from_nanos(ns - 1));
-            let unhealthy_after = self
-                .config()
-                .map(|c| c.thresholds.coordinator_lost_after)
-                .unwrap_or(crate::health::thresholds::DEFAULT_COORDINATOR_LOST_AFTER);
-            let group_state = lock(&self.coordinator_state).clone();
-            if lost_for >= unhealthy_after
-                && !self.coordinator_lost_logged.swap(true, Ordering::Relaxed)
-            {
-                tracing::error!(
-                    lost_for = ?lost_for,
-                    group_state = %group_state,
-                    "the member has had no group coordinator for {lost_for:?} (librdkafka group state {group_state}): nothing is committed, and lost partitions are not taken back. A coordinator moves within seconds; librdkafka 2.12.1 can lose every broker connection of a client for good after a rolling restart (confluentinc/librdkafka#5511, #5600). Health is unhealthy now: restart the process (a liveness probe on health does it)"
-                );
-            }
-            reasons.push(HealthReason::NoGroupCoordinator {
-                lost_for,
-                state: group_state,
-                unhealthy_after,
-            });
-        }
-        match self.poll_exceeded_at.load(Ordering::Relaxed) {
-            0 => {}
-            ns => {
-                let ago = now.saturating_duration_since(self.origin + Duration::from_nanos(ns - 1));
-                if ago < report_for {
-                    reasons.push(HealthReason::PollIntervalExceeded { ago });
-                }
-            }
-        }
+        self.connection.reasons(
+            now,
+            matches!(state, ConsumerState::Running | ConsumerState::Joining),
+            self.config().map(|c| &c.thresholds),
+            lock(&self.group_state).as_deref(),
+            &mut reasons,
+        );
         let mut partitions: Vec<PartitionReport> =
             evaluated.iter().map(Evaluated::report).collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));

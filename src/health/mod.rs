@@ -51,6 +51,7 @@
 //! unhealthy: the status and its reasons always agree, in the snapshot and
 //! in [`PARTITION_STATUS`](crate::metrics::PARTITION_STATUS).
 
+mod connection;
 mod gauges;
 pub(crate) mod hub;
 mod judge;
