@@ -4,8 +4,9 @@
 //! reports, always in the same order: the attempt's duration, the event age
 //! and SLO result (or the late or failure counts), the partition's health,
 //! completion for the committer, the bulk counters, and last the span's
-//! end. Parked records (a retry tier, a dead-letter or stale topic) are
-//! stated in `park.rs`, where their write is acknowledged.
+//! end. A parked record (written to a retry tier, a dead-letter or a
+//! stale-record topic) is stated here too, once `park.rs` has its write
+//! acknowledged by the broker ([`Worker::parked`]).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -138,10 +139,7 @@ impl<H: Handler> Worker<H> {
             // The partition moved on while the handler ran: its new owner
             // gets the records again.
             self.late(succeeded.len());
-            let rest = records.len() - succeeded.len();
-            if rest > 0 {
-                self.engine.counters.unassigned(rest as u64);
-            }
+            self.unhandled(records.len() - succeeded.len());
             span.end(Outcome::Stopped);
             return Some(Done::Late);
         }
